@@ -1,0 +1,458 @@
+//! Desired endpoints (endpoints-spec §2.3–§2.6): which address types a
+//! Service needs, which Pods become endpoints of a family, their fields, and
+//! their grouping by resolved ports.
+//!
+//! Endpoints are kept as borrowed views of the Pods and only turned into API
+//! objects for slices that are actually written, so a sync that changes
+//! nothing allocates little.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+
+use crate::core::ip::{self, Family};
+use crate::core::keys::{CLUSTER_IP_NONE, LABEL_ZONE};
+use crate::core::nodes::NodeLookup;
+use crate::core::pod;
+
+/// Address types the Service needs, in its family order (§2.3). Without
+/// `ipFamilies` (legacy objects) the ClusterIP decides; headless or empty
+/// means both.
+pub fn address_types(service: &Service) -> Vec<Family> {
+    let spec = service.spec.as_ref();
+    let families = spec.and_then(|s| s.ip_families.as_ref());
+    if let Some(families) = families.filter(|f| !f.is_empty()) {
+        let mut out = Vec::with_capacity(2);
+        for f in families {
+            let family = match f.as_str() {
+                "IPv4" => Family::V4,
+                "IPv6" => Family::V6,
+                _ => continue,
+            };
+            if !out.contains(&family) {
+                out.push(family);
+            }
+        }
+        return out;
+    }
+    let cluster_ip = spec.and_then(|s| s.cluster_ip.as_deref()).unwrap_or("");
+    if cluster_ip.is_empty() || cluster_ip == CLUSTER_IP_NONE {
+        return vec![Family::V4, Family::V6];
+    }
+    match ip::family_of(cluster_ip) {
+        Some(f) => vec![f],
+        None => vec![Family::V4, Family::V6],
+    }
+}
+
+/// One wanted endpoint, borrowing from its Pod and Node.
+#[derive(Debug, Clone)]
+pub struct DesiredEndpoint<'a> {
+    /// Canonical addresses of the family, sorted (the identity order):
+    /// the first one inline (a Pod has one address per family on a real
+    /// cluster), any others after it.
+    pub first_address: Cow<'a, str>,
+    pub more_addresses: Vec<Cow<'a, str>>,
+    pub hostname: Option<&'a str>,
+    pub node_name: Option<&'a str>,
+    pub zone: Option<&'a str>,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: Option<&'a str>,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+impl DesiredEndpoint<'_> {
+    /// The API object for this endpoint. Hints are left to the hints policy.
+    pub fn to_endpoint(&self) -> Endpoint {
+        Endpoint {
+            addresses: std::iter::once(&self.first_address)
+                .chain(&self.more_addresses)
+                .map(|a| a.to_string())
+                .collect(),
+            conditions: Some(EndpointConditions {
+                ready: Some(self.ready),
+                serving: Some(self.serving),
+                terminating: Some(self.terminating),
+            }),
+            hostname: self.hostname.map(str::to_owned),
+            node_name: self.node_name.map(str::to_owned),
+            zone: self.zone.map(str::to_owned),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".to_owned()),
+                namespace: Some(self.namespace.to_owned()),
+                name: Some(self.name.to_owned()),
+                uid: self.uid.map(str::to_owned),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        }
+    }
+
+    pub fn key(&self) -> EndpointKey<'_> {
+        EndpointKey {
+            addresses: Addresses::Desired(&self.first_address, &self.more_addresses),
+            hostname: self.hostname.unwrap_or(""),
+            namespace: self.namespace,
+            name: self.name,
+        }
+    }
+
+    /// Whether an existing endpoint with the same key differs in a field the
+    /// controller owns (§2.6): nodeName, zone, the three conditions, or
+    /// targetRef (resourceVersion ignored). Hints are not compared here.
+    pub fn differs_from(&self, existing: &Endpoint) -> bool {
+        if existing.node_name.as_deref() != self.node_name || existing.zone.as_deref() != self.zone
+        {
+            return true;
+        }
+        let c = existing.conditions.as_ref();
+        if c.and_then(|c| c.ready) != Some(self.ready)
+            || c.and_then(|c| c.serving) != Some(self.serving)
+            || c.and_then(|c| c.terminating) != Some(self.terminating)
+        {
+            return true;
+        }
+        let Some(r) = existing.target_ref.as_ref() else {
+            return true;
+        };
+        r.kind.as_deref() != Some("Pod")
+            || r.namespace.as_deref() != Some(self.namespace)
+            || r.name.as_deref() != Some(self.name)
+            || r.uid.as_deref() != self.uid
+            || r.api_version.is_some()
+            || r.field_path.is_some()
+    }
+}
+
+/// The address part of an endpoint key, over either representation.
+#[derive(Debug, Clone)]
+pub enum Addresses<'x> {
+    /// First address and the rest, already sorted.
+    Desired(&'x Cow<'x, str>, &'x [Cow<'x, str>]),
+    /// One address, or several sorted.
+    Borrowed(&'x [String]),
+    Sorted(Vec<&'x str>),
+}
+
+impl Addresses<'_> {
+    fn get(&self, i: usize) -> Option<&str> {
+        match self {
+            Addresses::Desired(first, _) if i == 0 => Some(first.as_ref()),
+            Addresses::Desired(_, more) => more.get(i - 1).map(|s| s.as_ref()),
+            Addresses::Borrowed(a) => a.get(i).map(String::as_str),
+            Addresses::Sorted(a) => a.get(i).copied(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Addresses::Desired(_, more) => 1 + more.len(),
+            Addresses::Borrowed(a) => a.len(),
+            Addresses::Sorted(a) => a.len(),
+        }
+    }
+
+    fn first(&self) -> Option<&str> {
+        self.get(0)
+    }
+}
+
+/// Endpoint identity (§2.6): sorted addresses, hostname, target namespace
+/// and name. The Pod UID is deliberately not part of it.
+#[derive(Debug, Clone)]
+pub struct EndpointKey<'x> {
+    pub addresses: Addresses<'x>,
+    pub hostname: &'x str,
+    pub namespace: &'x str,
+    pub name: &'x str,
+}
+
+impl<'x> EndpointKey<'x> {
+    /// The key of an endpoint read from an existing slice.
+    pub fn of_existing(ep: &'x Endpoint) -> Self {
+        let addresses = if ep.addresses.len() <= 1 || ep.addresses.is_sorted() {
+            Addresses::Borrowed(&ep.addresses)
+        } else {
+            let mut v: Vec<&str> = ep.addresses.iter().map(String::as_str).collect();
+            v.sort_unstable();
+            Addresses::Sorted(v)
+        };
+        let r = ep.target_ref.as_ref();
+        EndpointKey {
+            addresses,
+            hostname: ep.hostname.as_deref().unwrap_or(""),
+            namespace: r.and_then(|r| r.namespace.as_deref()).unwrap_or(""),
+            name: r.and_then(|r| r.name.as_deref()).unwrap_or(""),
+        }
+    }
+}
+
+/// String equality that never calls `memcmp` for empty strings: on the
+/// machines we measured, libc's vectorised `memcmp` of two zero-length
+/// dangling pointers costs ~80 ns, and the hostname of most keys is empty.
+fn str_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
+impl PartialEq for EndpointKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        str_eq(self.name, other.name)
+            && str_eq(self.namespace, other.namespace)
+            && str_eq(self.hostname, other.hostname)
+            && self.addresses.len() == other.addresses.len()
+            && (0..self.addresses.len()).all(|i| {
+                str_eq(
+                    self.addresses.get(i).unwrap_or(""),
+                    other.addresses.get(i).unwrap_or(""),
+                )
+            })
+    }
+}
+
+impl Eq for EndpointKey<'_> {}
+
+impl Hash for EndpointKey<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Name and first address identify nearly every endpoint; equality
+        // settles the rest.
+        self.name.hash(state);
+        self.addresses.first().unwrap_or("").hash(state);
+    }
+}
+
+/// A small, fast, non-cryptographic hasher for keys we build ourselves:
+/// FNV-1a over the written bytes, then a final avalanche, because hashbrown
+/// tags buckets with the top bits, which plain FNV-1a leaves nearly equal
+/// for short similar strings (and every probe then compares whole keys).
+#[derive(Debug, Clone, Copy)]
+pub struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        // MurmurHash3's fmix64.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FnvHasher>>;
+
+/// Ports as resolved on one Pod: for each Service port index that resolved,
+/// the number it resolved to. Pods with equal lists share a port group.
+pub type PortResolution = Vec<(usize, i32)>;
+
+/// The endpoints of one port group.
+#[derive(Debug)]
+pub struct PortGroup {
+    pub resolution: PortResolution,
+    /// The EndpointPorts every slice of this group carries, in Service port
+    /// order.
+    pub ports: Vec<EndpointPort>,
+    /// Indices into [`Desired::endpoints`], in Pod name order.
+    pub members: Vec<usize>,
+}
+
+/// Desired state of one address type.
+#[derive(Debug, Default)]
+pub struct Desired<'a> {
+    pub endpoints: Vec<DesiredEndpoint<'a>>,
+    /// Groups in a deterministic order (by resolution).
+    pub groups: Vec<PortGroup>,
+    /// Pods skipped because their Node is missing (§2.4 step 3).
+    pub errors: Vec<String>,
+}
+
+/// The EndpointPorts of a group (§2.5): name (`""` when unnamed), resolved
+/// number, protocol and appProtocol of each resolved Service port.
+pub fn endpoint_ports(service: &Service, resolution: &[(usize, i32)]) -> Vec<EndpointPort> {
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default();
+    resolution
+        .iter()
+        .filter_map(|(idx, number)| {
+            let sp = ports.get(*idx)?;
+            Some(EndpointPort {
+                name: Some(sp.name.clone().unwrap_or_default()),
+                port: Some(*number),
+                protocol: Some(pod::service_port_protocol(sp).to_owned()),
+                app_protocol: sp.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Resolves every Service port on the Pod into `out` (cleared first).
+fn resolve_ports(service: &Service, p: &Pod, out: &mut PortResolution) {
+    out.clear();
+    let spec = service.spec.as_ref();
+    let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+    out.extend(
+        ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, sp)| pod::find_port(p, sp).map(|n| (i, n))),
+    );
+}
+
+/// Canonical form of an address, borrowed when the input already is.
+fn canonical_cow(s: &str) -> Option<(Cow<'_, str>, Family)> {
+    if let Some(family) = ip::canonical_family(s) {
+        return Some((Cow::Borrowed(s), family));
+    }
+    let (canon, family) = ip::canonical(s)?;
+    Some((Cow::Owned(canon), family))
+}
+
+/// Builds the desired endpoints of `family` from `pods` (already filtered to
+/// the Service's namespace and selector). Member order follows `pods`;
+/// placement sorts what it has to place, so input order never shows.
+pub fn desired_endpoints<'a>(
+    service: &'a Service,
+    pods: &[&'a Pod],
+    nodes: &'a dyn NodeLookup,
+    family: Family,
+) -> Desired<'a> {
+    let publish_not_ready = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.publish_not_ready_addresses)
+        .unwrap_or(false);
+    let mut out = Desired {
+        endpoints: Vec::with_capacity(pods.len()),
+        ..Desired::default()
+    };
+    let mut group_index: BTreeMap<PortResolution, usize> = BTreeMap::new();
+    let mut member_lists: Vec<(PortResolution, Vec<usize>)> = Vec::new();
+    let mut resolution = PortResolution::new();
+    let mut last_group: Option<usize> = None;
+
+    for &p in pods {
+        if !pod::is_eligible(p, true) {
+            continue;
+        }
+        resolve_ports(service, p, &mut resolution);
+        // The group exists as soon as an eligible Pod maps to it, even if the
+        // Pod is then skipped (upstream creates it before the Node lookup).
+        // Consecutive Pods usually share a group, so try the last one first.
+        let group = match last_group.filter(|g| member_lists[*g].0 == resolution) {
+            Some(g) => g,
+            None => match group_index.get(&resolution) {
+                Some(g) => *g,
+                None => {
+                    member_lists.push((resolution.clone(), Vec::with_capacity(pods.len())));
+                    group_index.insert(resolution.clone(), member_lists.len() - 1);
+                    member_lists.len() - 1
+                }
+            },
+        };
+        last_group = Some(group);
+        let spec = p.spec.as_ref();
+        let node_name = spec
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty());
+        let node = node_name.and_then(|n| nodes.node(n));
+        if node.is_none() && !publish_not_ready {
+            out.errors.push(format!(
+                "skipping Pod {} for Service {}/{}: Node {} Not Found",
+                p.metadata.name.as_deref().unwrap_or_default(),
+                service.metadata.namespace.as_deref().unwrap_or_default(),
+                service.metadata.name.as_deref().unwrap_or_default(),
+                node_name.unwrap_or_default(),
+            ));
+            continue;
+        }
+        let mut addresses = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|pip| canonical_cow(&pip.ip))
+            .filter(|(_, f)| *f == family)
+            .map(|(a, _)| a);
+        let Some(mut first_address) = addresses.next() else {
+            continue;
+        };
+        let mut more_addresses: Vec<Cow<'a, str>> = addresses.collect();
+        if !more_addresses.is_empty() {
+            more_addresses.push(first_address);
+            more_addresses.sort_unstable();
+            first_address = more_addresses.remove(0);
+        }
+        let serving = pod::is_ready(p);
+        let terminating = pod::is_terminating(p);
+        let zone = node
+            .and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(LABEL_ZONE))
+            .map(String::as_str)
+            .filter(|z| !z.is_empty());
+        out.endpoints.push(DesiredEndpoint {
+            first_address,
+            more_addresses,
+            hostname: pod::published_hostname(p, service),
+            node_name,
+            zone,
+            namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            uid: p.metadata.uid.as_deref().filter(|u| !u.is_empty()),
+            ready: publish_not_ready || (serving && !terminating),
+            serving,
+            terminating,
+        });
+        member_lists[group].1.push(out.endpoints.len() - 1);
+    }
+
+    let mut order: Vec<usize> = (0..member_lists.len()).collect();
+    order.sort_by(|a, b| member_lists[*a].0.cmp(&member_lists[*b].0));
+    let mut taken: Vec<Option<(PortResolution, Vec<usize>)>> =
+        member_lists.into_iter().map(Some).collect();
+    for i in order {
+        if let Some((resolution, members)) = taken[i].take() {
+            out.groups.push(PortGroup {
+                ports: endpoint_ports(service, &resolution),
+                resolution,
+                members,
+            });
+        }
+    }
+    out
+}
+
+/// The Pods a Service selects: same namespace, selector matches.
+pub fn selected_pods<'a>(service: &Service, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
+    let namespace = service.metadata.namespace.as_deref();
+    let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+    pods.iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.metadata.namespace.as_deref() == namespace)
+        .filter(|p| crate::core::selector::selector_matches(selector, p.metadata.labels.as_ref()))
+        .collect()
+}
+

@@ -1,0 +1,14 @@
+//! Pure reconcilers and the small Kubernetes predicates they share.
+//!
+//! Nothing here performs I/O or reads a clock: callers pass snapshots and the
+//! current trigger time, and get back plans describing the writes to make.
+
+pub mod endpointslice;
+pub mod event;
+pub mod fixtures;
+pub mod ip;
+pub mod keys;
+pub mod nodes;
+pub mod pod;
+pub mod selector;
+pub mod trigger_time;

@@ -1,0 +1,55 @@
+//! Service selector matching (endpoints-spec §2.1): a selector is a plain
+//! equality map; `None` matches nothing, an empty map matches everything.
+
+use std::collections::BTreeMap;
+
+/// True when every `key: value` of `selector` is present in `labels`.
+pub fn selector_matches(
+    selector: Option<&BTreeMap<String, String>>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let Some(selector) = selector else {
+        return false;
+    };
+    selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn rule_2_1_nil_selector_matches_nothing() {
+        assert!(!selector_matches(None, Some(&map(&[("app", "a")]))));
+    }
+
+    #[test]
+    fn rule_2_1_empty_selector_matches_every_pod() {
+        assert!(selector_matches(Some(&map(&[])), None));
+        assert!(selector_matches(Some(&map(&[])), Some(&map(&[("x", "y")]))));
+    }
+
+    #[test]
+    fn rule_2_1_selector_is_an_equality_subset() {
+        let sel = map(&[("app", "a"), ("tier", "web")]);
+        assert!(selector_matches(
+            Some(&sel),
+            Some(&map(&[("app", "a"), ("tier", "web"), ("x", "1")]))
+        ));
+        assert!(!selector_matches(Some(&sel), Some(&map(&[("app", "a")]))));
+        assert!(!selector_matches(
+            Some(&sel),
+            Some(&map(&[("app", "a"), ("tier", "db")]))
+        ));
+        assert!(!selector_matches(Some(&sel), None));
+    }
+}

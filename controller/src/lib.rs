@@ -1,0 +1,11 @@
+//! svcplane's controller crate: the pure reconcilers (`core`), the offline
+//! `svcplane plan` command built on them (`plan`), and the CLI definition.
+//!
+//! The split follows the house rule in `architecture.md`: everything under
+//! `core` is a deterministic function of its inputs (time is passed in), so it
+//! can be tested without a runtime; the shells (`plan` today, `run` later) only
+//! gather snapshots and carry plans out.
+
+pub mod cli;
+pub mod core;
+pub mod plan;

@@ -1,0 +1,183 @@
+//! `svcplane plan`: read cluster objects, run the controllers' pure cores over
+//! them, and print the writes and events they would make.
+//!
+//! - `input`: read files/stdin, split documents, parse, identify objects;
+//! - `snapshot`: decode into typed objects, keyed and sorted;
+//! - `output`: the `{actions, events}` document;
+//! - this module: run each selected controller over the snapshot.
+//!
+//! Nothing is written to stdout unless the whole input was valid and the
+//! plan was built.
+
+pub mod input;
+pub mod output;
+pub mod snapshot;
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use tracing::debug;
+
+use crate::cli::{Controller, PlanArgs};
+use crate::core::endpointslice::{self, Inputs, Outcome, SliceWrite};
+use crate::core::selector::selector_matches;
+use crate::core::trigger_time::TriggerTimeTracker;
+
+use self::input::InputError;
+use self::output::{Action, EncodeError, Event, Object, PlanDocument, Verb};
+use self::snapshot::{Snapshot, SnapshotBuilder};
+
+/// Why `plan` failed. Every variant exits 1.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// Bad input; the message is the `FILE: document N (...): reason` line.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error("cannot write output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+impl PlanError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
+/// What to plan, independent of the CLI.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub controllers: Vec<Controller>,
+    pub max_endpoints_per_slice: usize,
+}
+
+impl From<&PlanArgs> for PlanOptions {
+    fn from(args: &PlanArgs) -> Self {
+        PlanOptions {
+            controllers: args.controllers.clone(),
+            max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
+        }
+    }
+}
+
+/// Runs `svcplane plan`: reads every `-f` source (`-` from `stdin`), prints
+/// warnings to `stderr` (one line each) and the rendered plan to `stdout`.
+pub fn run(
+    args: &PlanArgs,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<(), PlanError> {
+    let mut builder = SnapshotBuilder::default();
+    for path in &args.files {
+        for raw in input::read_source(path, stdin)? {
+            builder.add(raw)?;
+        }
+    }
+    let (snapshot, warnings) = builder.finish();
+    for w in &warnings {
+        // Warnings are best effort: a closed stderr must not fail the plan.
+        let _ = writeln!(stderr, "{w}");
+    }
+    let doc = plan(&snapshot, &PlanOptions::from(args));
+    let text = doc.render(args.output)?;
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(PlanError::Write)
+}
+
+/// Runs the selected controllers over `snapshot`. Output order: controller
+/// (in [`Controller::ALL`] order), then namespace and Service name, then the
+/// order the controller issues its writes.
+pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
+    let mut controllers = options.controllers.clone();
+    controllers.sort_unstable();
+    controllers.dedup();
+    let mut doc = PlanDocument::default();
+    for controller in controllers {
+        run_controller(controller, snapshot, options, &mut doc);
+    }
+    doc
+}
+
+fn run_controller(
+    controller: Controller,
+    snapshot: &Snapshot,
+    options: &PlanOptions,
+    doc: &mut PlanDocument,
+) {
+    match controller {
+        Controller::EndpointSlice => plan_endpoint_slices(snapshot, options, doc),
+    }
+}
+
+fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
+    let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+    pods.iter()
+        .filter(|p| selector_matches(selector, p.metadata.labels.as_ref()))
+        .cloned()
+        .collect()
+}
+
+fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut PlanDocument) {
+    let controller = Controller::EndpointSlice.name();
+    // Offline, every sync is a first sync: the tracker yields the Service's
+    // creationTimestamp.
+    let mut trigger_times = TriggerTimeTracker::default();
+    for (key, service) in &snapshot.services {
+        let pods = snapshot.pods_in(&key.namespace);
+        let existing = snapshot.endpoint_slices_in(&key.namespace);
+        let trigger_time = trigger_times.compute(service, &selected_pods(service, &pods));
+        let inputs = Inputs {
+            service,
+            pods: &pods,
+            nodes: &snapshot.nodes,
+            existing: &existing,
+            trigger_time,
+            max_endpoints_per_slice: options.max_endpoints_per_slice,
+        };
+        let plan = match endpointslice::reconcile(&inputs) {
+            Outcome::Skipped(reason) => {
+                debug!(service = %key, ?reason, "skipped");
+                continue;
+            }
+            Outcome::Planned(plan) => plan,
+        };
+        debug!(service = %key, writes = plan.write_count(), error = ?plan.error, "planned");
+        for write in plan.writes() {
+            let (verb, namespace, name, object) = match write {
+                SliceWrite::Create(slice) => (
+                    Verb::Create,
+                    slice.metadata.namespace.clone(),
+                    slice.metadata.name.clone(),
+                    Some(slice),
+                ),
+                SliceWrite::Update(slice) => (
+                    Verb::Update,
+                    slice.metadata.namespace.clone(),
+                    slice.metadata.name.clone(),
+                    Some(slice),
+                ),
+                SliceWrite::Delete(r) => (Verb::Delete, Some(r.namespace), Some(r.name), None),
+            };
+            doc.actions.push(Action {
+                controller,
+                verb,
+                kind: "EndpointSlice",
+                namespace: namespace.unwrap_or_else(|| key.namespace.clone()),
+                name,
+                object: object.map(|s| Object::EndpointSlice(Box::new(s))),
+            });
+        }
+        doc.events.extend(plan.events.into_iter().map(|e| Event {
+            event_type: e.event_type,
+            reason: e.reason,
+            object: key.to_string(),
+            message: e.message,
+        }));
+    }
+}

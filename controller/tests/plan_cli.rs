@@ -1,0 +1,485 @@
+//! Golden and error-path tests of `svcplane plan`, run on the real binary.
+//!
+//! Goldens live in `tests/golden/*.yaml|json`, inputs in `tests/golden/inputs/`.
+//! After an intended change to the output, regenerate every golden with
+//!
+//!     UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli
+//!
+//! and review the diff (`git diff controller/tests/golden`).
+
+// Helpers outside `#[test]` functions are test code too.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The package root; every path below is relative to it, so messages that
+/// name files are stable.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `svcplane <args>` from the package root, feeding `stdin`.
+fn svcplane(args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svcplane"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn svcplane");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    // A failed write only means the child stopped reading early.
+    let _ = pipe.write_all(stdin);
+    drop(pipe);
+    let out = child.wait_with_output().expect("wait for svcplane");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is UTF-8"),
+    }
+}
+
+fn plan(args: &[&str]) -> Run {
+    let mut argv = vec!["plan"];
+    argv.extend_from_slice(args);
+    svcplane(&argv, b"")
+}
+
+/// Asserts a successful run with no stderr and returns stdout.
+fn ok(run: Run) -> String {
+    assert_eq!(run.code, Some(0), "expected success: {run:#?}");
+    assert_eq!(run.stderr, "", "expected a quiet stderr: {run:#?}");
+    run.stdout
+}
+
+/// Asserts a failed run: exit `code`, nothing on stdout, and exactly the
+/// stderr `lines`.
+fn fails(run: Run, code: i32, lines: &[&str]) {
+    assert_eq!(run.code, Some(code), "exit code: {run:#?}");
+    assert_eq!(run.stdout, "", "stdout must be empty on error: {run:#?}");
+    let got: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(got, lines, "stderr: {run:#?}");
+}
+
+/// Compares `actual` with `tests/golden/<name>`, or rewrites the golden when
+/// `UPDATE_GOLDEN` is set.
+fn golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).expect("write golden");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}\nregenerate with: UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+            path.display()
+        )
+    });
+    if expected != actual {
+        panic!(
+            "output differs from {}:\n{}\nIf the change is intended, regenerate with:\n  \
+             UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+            path.display(),
+            diff(&expected, actual)
+        );
+    }
+}
+
+/// A short line diff: the first changed region with 3 lines of context
+/// (common prefix and suffix trimmed), capped at 80 lines.
+fn diff(expected: &str, actual: &str) -> String {
+    let e: Vec<&str> = expected.lines().collect();
+    let a: Vec<&str> = actual.lines().collect();
+    let prefix = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
+    let suffix = e[prefix..]
+        .iter()
+        .rev()
+        .zip(a[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let start = prefix.saturating_sub(3);
+    let mut out = vec![format!(
+        "@@ expected lines {}..{} vs actual lines {}..{} ({} vs {} lines in all) @@",
+        prefix + 1,
+        e.len() - suffix,
+        prefix + 1,
+        a.len() - suffix,
+        e.len(),
+        a.len()
+    )];
+    out.extend(e[start..prefix].iter().map(|l| format!("  {l}")));
+    out.extend(e[prefix..e.len() - suffix].iter().map(|l| format!("- {l}")));
+    out.extend(a[prefix..a.len() - suffix].iter().map(|l| format!("+ {l}")));
+    let after = a.len() - suffix;
+    out.extend(
+        a[after..(after + 3).min(a.len())]
+            .iter()
+            .map(|l| format!("  {l}")),
+    );
+    if expected.ends_with('\n') != actual.ends_with('\n') {
+        out.push("(trailing newline differs)".to_owned());
+    }
+    if out.len() > 80 {
+        let more = out.len() - 80;
+        out.truncate(80);
+        out.push(format!("... {more} more diff lines"));
+    }
+    out.join("\n")
+}
+
+const EXAMPLE: &str = "examples/cluster.yaml";
+const SMALL: &str = "tests/golden/inputs/small.yaml";
+
+fn input(name: &str) -> String {
+    format!("tests/golden/inputs/{name}")
+}
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(root().join(path)).expect("read fixture")
+}
+
+// ---------------------------------------------------------------- goldens
+
+#[test]
+fn example_yaml_golden() {
+    golden("example.yaml", &ok(plan(&["-f", EXAMPLE])));
+}
+
+#[test]
+fn example_json_golden() {
+    golden("example.json", &ok(plan(&["-f", EXAMPLE, "-o", "json"])));
+}
+
+#[test]
+fn small_golden() {
+    golden("small.yaml", &ok(plan(&["-f", SMALL])));
+}
+
+#[test]
+fn events_golden() {
+    golden(
+        "missing-node.yaml",
+        &ok(plan(&["-f", &input("missing-node.yaml")])),
+    );
+}
+
+#[test]
+fn example_output_is_byte_stable() {
+    let first = ok(plan(&["-f", EXAMPLE]));
+    let second = ok(plan(&["-f", EXAMPLE]));
+    assert!(
+        first == second,
+        "two runs differ:\n{}",
+        diff(&first, &second)
+    );
+}
+
+#[test]
+fn yaml_and_json_output_carry_the_same_document() {
+    let yaml = ok(plan(&["-f", EXAMPLE]));
+    let json = ok(plan(&["-f", EXAMPLE, "-o", "json"]));
+    let from_yaml: serde_json::Value = serde_saphyr::from_str(&yaml).expect("output is YAML");
+    let from_json: serde_json::Value = serde_json::from_str(&json).expect("output is JSON");
+    assert_eq!(from_yaml, from_json);
+    assert!(from_json["actions"].is_array() && from_json["events"].is_array());
+}
+
+#[test]
+fn actions_have_the_documented_shape() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&ok(plan(&["-f", EXAMPLE, "-o", "json"]))).expect("JSON");
+    for action in doc["actions"].as_array().into_iter().flatten() {
+        assert_eq!(action["controller"], "endpointslice");
+        assert_eq!(action["kind"], "EndpointSlice");
+        assert!(action["namespace"].is_string());
+        match action["verb"].as_str() {
+            Some("create") => {
+                assert_eq!(action["object"]["apiVersion"], "discovery.k8s.io/v1");
+                assert_eq!(action["object"]["kind"], "EndpointSlice");
+                let generated = action["object"]["metadata"]["generateName"].is_string();
+                assert_eq!(action.get("name").is_none(), generated, "{action}");
+            }
+            Some("update") => {
+                assert!(action["name"].is_string());
+                assert_eq!(action["object"]["metadata"]["name"], action["name"]);
+            }
+            Some("delete") => {
+                assert!(action["name"].is_string());
+                assert!(action.get("object").is_none());
+            }
+            other => panic!("unexpected verb {other:?}"),
+        }
+    }
+}
+
+// ----------------------------------------------------- input forms
+
+#[test]
+fn stdin_is_read_with_dash() {
+    let run = svcplane(&["plan", "-f", "-"], &read(SMALL));
+    assert_eq!(ok(run), ok(plan(&["-f", SMALL])));
+}
+
+#[test]
+fn list_input_matches_multi_document_input() {
+    assert_eq!(
+        ok(plan(&["-f", &input("small-list.yaml")])),
+        ok(plan(&["-f", SMALL]))
+    );
+}
+
+#[test]
+fn json_input_matches_yaml_input() {
+    assert_eq!(
+        ok(plan(&["-f", &input("small.json")])),
+        ok(plan(&["-f", SMALL]))
+    );
+}
+
+#[test]
+fn several_files_are_one_snapshot_in_any_order() {
+    assert_eq!(
+        ok(plan(&[
+            "-f",
+            &input("small-part2.yaml"),
+            "-f",
+            &input("small-part1.yaml")
+        ])),
+        ok(plan(&["-f", SMALL]))
+    );
+    assert_eq!(
+        ok(plan(&[
+            "-f",
+            &input("small-part1.yaml"),
+            "-f",
+            &input("small-part2.yaml")
+        ])),
+        ok(plan(&["-f", SMALL]))
+    );
+}
+
+#[test]
+fn empty_input_plans_nothing() {
+    let run = svcplane(&["plan", "-f", "-"], b"---\n# nothing here\n---\n");
+    assert_eq!(ok(run), "actions: []\nevents: []\n");
+}
+
+#[test]
+fn skipped_kind_warns_once_and_plans_the_rest() {
+    let run = plan(&["-f", &input("skipped-kind.yaml")]);
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert_eq!(
+        run.stderr,
+        "warning: tests/golden/inputs/skipped-kind.yaml: document 1 (ConfigMap demo/settings): \
+         kind not used by plan, skipped\n"
+    );
+    golden("skipped-kind.yaml", &run.stdout);
+}
+
+#[test]
+fn max_endpoints_per_slice_is_passed_to_the_reconciler() {
+    let doc: serde_json::Value = serde_json::from_str(&ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "--max-endpoints-per-slice",
+        "1000",
+        "-o",
+        "json",
+    ])))
+    .expect("JSON");
+    for action in doc["actions"].as_array().into_iter().flatten() {
+        let n = action["object"]["endpoints"].as_array().map_or(0, Vec::len);
+        assert!(n <= 1000);
+    }
+    let worker = |doc: &serde_json::Value| {
+        doc["actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["object"]["metadata"]["generateName"] == "worker-")
+            .count()
+    };
+    let small: serde_json::Value = serde_json::from_str(&ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "--max-endpoints-per-slice",
+        "50",
+        "-o",
+        "json",
+    ])))
+    .expect("JSON");
+    assert!(
+        worker(&small) >= worker(&doc),
+        "a smaller maximum never means fewer worker slices"
+    );
+}
+
+// ----------------------------------------------------------- bad input
+
+#[test]
+fn missing_file() {
+    fails(
+        plan(&["-f", SMALL, "-f", "tests/golden/inputs/no-such-file.yaml"]),
+        1,
+        &[
+            "tests/golden/inputs/no-such-file.yaml: cannot read: No such file or directory (os error 2)",
+        ],
+    );
+}
+
+#[test]
+fn invalid_yaml() {
+    fails(
+        plan(&["-f", &input("invalid.yaml")]),
+        1,
+        &[
+            "tests/golden/inputs/invalid.yaml: document 2: unclosed bracket '[' at line 13, column 17",
+        ],
+    );
+}
+
+#[test]
+fn invalid_json() {
+    fails(
+        plan(&["-f", &input("invalid.json")]),
+        1,
+        &["tests/golden/inputs/invalid.json: document 2: expected `,` or `}` at line 3 column 27"],
+    );
+}
+
+#[test]
+fn undecodable_object() {
+    fails(
+        plan(&["-f", &input("undecodable.yaml")]),
+        1,
+        &[
+            "tests/golden/inputs/undecodable.yaml: document 1 (Pod demo/web-0): invalid type: string \"nginx\", expected a sequence",
+        ],
+    );
+}
+
+#[test]
+fn object_without_kind() {
+    fails(
+        plan(&["-f", &input("no-kind.yaml")]),
+        1,
+        &["tests/golden/inputs/no-kind.yaml: document 3: object has no kind"],
+    );
+}
+
+#[test]
+fn object_without_api_version() {
+    let run = svcplane(
+        &["plan", "-f", "-"],
+        b"kind: Service\nmetadata: {name: web, namespace: demo}\n",
+    );
+    fails(
+        run,
+        1,
+        &["<stdin>: document 1 (Service demo/web): object has no apiVersion"],
+    );
+}
+
+#[test]
+fn stdin_errors_are_named_stdin() {
+    let run = svcplane(
+        &["plan", "-f", "-"],
+        b"apiVersion: v1\nkind: Pod\nmetadata: [\n",
+    );
+    assert_eq!(run.code, Some(1), "{run:#?}");
+    assert_eq!(run.stdout, "");
+    assert!(run.stderr.starts_with("<stdin>: document 1: "), "{run:#?}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run:#?}");
+}
+
+#[test]
+fn a_document_that_is_not_an_object() {
+    fails(
+        svcplane(&["plan", "-f", "-"], b"- just\n- a list\n"),
+        1,
+        &["<stdin>: document 1: expected an object, found a list"],
+    );
+}
+
+/// clap's usage errors: exit 2, nothing on stdout, the first stderr line
+/// names the flag and the value.
+fn usage_error(args: &[&str], first_line: &str) {
+    let run = plan(args);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert_eq!(run.stdout, "", "{run:#?}");
+    assert_eq!(run.stderr.lines().next(), Some(first_line), "{run:#?}");
+}
+
+#[test]
+fn max_endpoints_per_slice_out_of_range() {
+    usage_error(
+        &["-f", SMALL, "--max-endpoints-per-slice", "0"],
+        "error: invalid value '0' for '--max-endpoints-per-slice <N>': 0 is not in 1..=1000",
+    );
+    usage_error(
+        &["-f", SMALL, "--max-endpoints-per-slice", "1001"],
+        "error: invalid value '1001' for '--max-endpoints-per-slice <N>': 1001 is not in 1..=1000",
+    );
+    usage_error(
+        &["-f", SMALL, "--max-endpoints-per-slice", "abc"],
+        "error: invalid value 'abc' for '--max-endpoints-per-slice <N>': invalid digit found in string",
+    );
+}
+
+#[test]
+fn unknown_controller() {
+    let run = plan(&["-f", SMALL, "--controllers", "endpointslice,endpoints"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert_eq!(run.stdout, "");
+    assert_eq!(
+        run.stderr.lines().next(),
+        Some("error: invalid value 'endpoints' for '--controllers <LIST>'"),
+        "{run:#?}"
+    );
+    assert!(
+        run.stderr.contains("[possible values: endpointslice]"),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn unknown_output_format() {
+    let run = plan(&["-f", SMALL, "-o", "xml"]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert_eq!(run.stdout, "");
+}
+
+#[test]
+fn files_are_required() {
+    let run = plan(&[]);
+    assert_eq!(run.code, Some(2), "{run:#?}");
+    assert_eq!(run.stdout, "");
+}
+
+#[test]
+fn goldens_exist_for_every_golden_test() {
+    for name in [
+        "example.yaml",
+        "example.json",
+        "small.yaml",
+        "skipped-kind.yaml",
+        "missing-node.yaml",
+    ] {
+        assert!(
+            Path::new(&root().join("tests/golden").join(name)).exists()
+                || std::env::var_os("UPDATE_GOLDEN").is_some(),
+            "missing golden {name}"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! Admission webhook for Services (filled by the webhook work).
