@@ -56,6 +56,46 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+
+    /// Service ClusterIP range(s) for the allocator: one CIDR, or one per
+    /// family separated by a comma (primary family first).
+    #[arg(
+        long,
+        value_name = "CIDRS",
+        default_value = svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE,
+        value_parser = parse_cluster_ip_ranges
+    )]
+    pub service_cluster_ip_range: String,
+
+    /// NodePort range for the allocator, `LOW-HIGH` (inclusive).
+    #[arg(
+        long,
+        value_name = "LOW-HIGH",
+        default_value = svcplane_allocator::DEFAULT_SERVICE_NODE_PORT_RANGE,
+        value_parser = parse_node_port_range
+    )]
+    pub service_node_port_range: String,
+}
+
+/// Validates `--service-cluster-ip-range` with the allocator's own parser,
+/// so a bad value is a usage error (exit 2) naming the flag and value.
+fn parse_cluster_ip_ranges(value: &str) -> Result<String, String> {
+    svcplane_allocator::AllocatorConfig::from_flags(
+        value,
+        svcplane_allocator::DEFAULT_SERVICE_NODE_PORT_RANGE,
+    )
+    .map(|_| value.to_owned())
+    .map_err(|e| e.to_string())
+}
+
+/// Validates `--service-node-port-range` (see `parse_cluster_ip_ranges`).
+fn parse_node_port_range(value: &str) -> Result<String, String> {
+    svcplane_allocator::AllocatorConfig::from_flags(
+        svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE,
+        value,
+    )
+    .map(|_| value.to_owned())
+    .map_err(|e| e.to_string())
 }
 
 /// A controller `plan` can run. Adding one means adding a variant here, to
@@ -63,17 +103,19 @@ pub struct PlanArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Controller {
     EndpointSlice,
+    Allocator,
 }
 
 impl Controller {
     /// Every implemented controller, in output order.
-    pub const ALL: &'static [Controller] = &[Controller::EndpointSlice];
+    pub const ALL: &'static [Controller] = &[Controller::EndpointSlice, Controller::Allocator];
 
     /// The name used on the command line and in the output's `controller`
     /// field (kube-controller-manager's `--controllers` names).
     pub const fn name(self) -> &'static str {
         match self {
             Controller::EndpointSlice => "endpointslice",
+            Controller::Allocator => "allocator",
         }
     }
 }
@@ -131,9 +173,12 @@ mod tests {
     fn plan_defaults() {
         let p = plan(&["-f", "x.yaml"]).unwrap();
         assert_eq!(p.files, vec![PathBuf::from("x.yaml")]);
-        assert_eq!(p.controllers, vec![Controller::EndpointSlice]);
+        assert_eq!(p.controllers, Controller::ALL.to_vec());
+        assert!(p.controllers.contains(&Controller::Allocator));
         assert_eq!(p.max_endpoints_per_slice, 100);
         assert_eq!(p.output, OutputFormat::Yaml);
+        assert_eq!(p.service_cluster_ip_range, "10.96.0.0/12");
+        assert_eq!(p.service_node_port_range, "30000-32767");
     }
 
     #[test]

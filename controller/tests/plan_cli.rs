@@ -197,8 +197,15 @@ fn yaml_and_json_output_carry_the_same_document() {
 
 #[test]
 fn actions_have_the_documented_shape() {
-    let doc: serde_json::Value =
-        serde_json::from_str(&ok(plan(&["-f", EXAMPLE, "-o", "json"]))).expect("JSON");
+    let doc: serde_json::Value = serde_json::from_str(&ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "-o",
+        "json",
+        "--controllers",
+        "endpointslice",
+    ])))
+    .expect("JSON");
     for action in doc["actions"].as_array().into_iter().flatten() {
         assert_eq!(action["controller"], "endpointslice");
         assert_eq!(action["kind"], "EndpointSlice");
@@ -439,18 +446,108 @@ fn max_endpoints_per_slice_out_of_range() {
 
 #[test]
 fn unknown_controller() {
-    let run = plan(&["-f", SMALL, "--controllers", "endpointslice,endpoints"]);
+    let run = plan(&["-f", SMALL, "--controllers", "endpointslice,nodeipam"]);
     assert_eq!(run.code, Some(2), "{run:#?}");
     assert_eq!(run.stdout, "");
     assert_eq!(
         run.stderr.lines().next(),
-        Some("error: invalid value 'endpoints' for '--controllers <LIST>'"),
+        Some("error: invalid value 'nodeipam' for '--controllers <LIST>'"),
         "{run:#?}"
     );
     assert!(
-        run.stderr.contains("[possible values: endpointslice]"),
+        run.stderr.contains("[possible values: endpointslice"),
         "{run:#?}"
     );
+}
+
+#[test]
+fn allocator_plans_the_missing_cluster_ip_and_node_ports() {
+    let doc: serde_json::Value = serde_json::from_str(&ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "-o",
+        "json",
+        "--controllers",
+        "allocator",
+        "--service-cluster-ip-range",
+        "10.96.0.0/12,fd00:10:96::/112",
+    ])))
+    .expect("JSON");
+    let actions = doc["actions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(actions.len(), 1, "{doc}");
+    let a = &actions[0];
+    assert_eq!(
+        (&a["controller"], &a["verb"], &a["kind"]),
+        (&"allocator".into(), &"update".into(), &"Service".into())
+    );
+    assert_eq!(a["name"], "storefront");
+    let spec = &a["object"]["spec"];
+    let ip = spec["clusterIP"].as_str().unwrap_or_default();
+    assert!(ip.starts_with("10.9") || ip.starts_with("10.10"), "{spec}");
+    let node_port = spec["ports"][0]["nodePort"].as_i64().unwrap_or_default();
+    assert!((30000..=32767).contains(&node_port), "{spec}");
+    assert!(spec["healthCheckNodePort"].as_i64().is_some(), "{spec}");
+    assert_eq!(
+        doc["events"],
+        serde_json::json!([]),
+        "ranges match the cluster"
+    );
+}
+
+#[test]
+fn endpoint_slices_see_the_services_as_allocated() {
+    // Without the allocator the unallocated storefront Service looks headless.
+    let alone = ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "--controllers",
+        "endpointslice",
+        "-o",
+        "json",
+    ]));
+    let with = ok(plan(&[
+        "-f",
+        EXAMPLE,
+        "--controllers",
+        "endpointslice,allocator",
+        "-o",
+        "json",
+    ]));
+    let count = |text: &str| {
+        let doc: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        doc["actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["object"]["metadata"]["generateName"] == "storefront-")
+            .filter(|a| {
+                a["object"]["metadata"]["labels"]["service.kubernetes.io/headless"].is_string()
+            })
+            .count()
+    };
+    assert!(count(&alone) > 0);
+    assert_eq!(count(&with), 0);
+}
+
+#[test]
+fn bad_allocator_flags_exit_2_naming_flag_and_value() {
+    for (flag, value, message) in [
+        (
+            "--service-cluster-ip-range",
+            "10.0.0.0/33",
+            "invalid --service-cluster-ip-range value \"10.0.0.0/33\"",
+        ),
+        (
+            "--service-node-port-range",
+            "40000-30000",
+            "invalid --service-node-port-range value \"40000-30000\"",
+        ),
+    ] {
+        let run = plan(&["-f", SMALL, flag, value]);
+        assert_eq!(run.code, Some(2), "{run:#?}");
+        assert_eq!(run.stdout, "");
+        assert!(run.stderr.contains(message), "{run:#?}");
+    }
 }
 
 #[test]

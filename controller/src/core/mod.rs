@@ -3,12 +3,15 @@
 //! Nothing here performs I/O or reads a clock: callers pass snapshots and the
 //! current trigger time, and get back plans describing the writes to make.
 
+pub mod endpoints;
 pub mod endpointslice;
 pub mod event;
 pub mod fixtures;
 pub mod ip;
 pub mod keys;
+pub mod mirroring;
 pub mod nodes;
 pub mod pod;
 pub mod selector;
+pub mod topology;
 pub mod trigger_time;

@@ -21,8 +21,11 @@ use tracing::debug;
 
 use crate::cli::{Controller, PlanArgs};
 use crate::core::endpointslice::{self, Inputs, Outcome, SliceWrite};
+use crate::core::event::EventType;
 use crate::core::selector::selector_matches;
 use crate::core::trigger_time::TriggerTimeTracker;
+
+use svcplane_allocator::{AllocatorConfig, ConfigError};
 
 use self::input::InputError;
 use self::output::{Action, EncodeError, Event, Object, PlanDocument, Verb};
@@ -38,12 +41,18 @@ pub enum PlanError {
     Encode(#[from] EncodeError),
     #[error("cannot write output: {0}")]
     Write(#[source] std::io::Error),
+    /// A bad allocator flag (normally caught by clap first).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 impl PlanError {
-    /// The process exit code for this error.
+    /// The process exit code for this error: 2 for bad flags, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
-        1
+        match self {
+            PlanError::Config(_) => 2,
+            _ => 1,
+        }
     }
 }
 
@@ -52,14 +61,26 @@ impl PlanError {
 pub struct PlanOptions {
     pub controllers: Vec<Controller>,
     pub max_endpoints_per_slice: usize,
+    /// `--service-cluster-ip-range` and `--service-node-port-range`.
+    pub allocator: AllocatorConfig,
 }
 
-impl From<&PlanArgs> for PlanOptions {
-    fn from(args: &PlanArgs) -> Self {
-        PlanOptions {
+/// Seed of the allocator's random picks in `plan`: fixed, so a plan is
+/// reproducible (a live allocator seeds from entropy).
+pub const ALLOCATOR_SEED: u64 = 0x5eed;
+
+impl TryFrom<&PlanArgs> for PlanOptions {
+    type Error = PlanError;
+
+    fn try_from(args: &PlanArgs) -> Result<Self, PlanError> {
+        Ok(PlanOptions {
             controllers: args.controllers.clone(),
             max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
-        }
+            allocator: AllocatorConfig::from_flags(
+                &args.service_cluster_ip_range,
+                &args.service_node_port_range,
+            )?,
+        })
     }
 }
 
@@ -82,7 +103,8 @@ pub fn run(
         // Warnings are best effort: a closed stderr must not fail the plan.
         let _ = writeln!(stderr, "{w}");
     }
-    let doc = plan(&snapshot, &PlanOptions::from(args));
+    let options = PlanOptions::try_from(args)?;
+    let doc = plan(&snapshot, &options);
     let text = doc.render(args.output)?;
     stdout
         .write_all(text.as_bytes())
@@ -93,15 +115,49 @@ pub fn run(
 /// Runs the selected controllers over `snapshot`. Output order: controller
 /// (in [`Controller::ALL`] order), then namespace and Service name, then the
 /// order the controller issues its writes.
+///
+/// When the allocator runs, the other controllers see the Services as the
+/// allocator leaves them, as they would once the webhook had admitted them.
 pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
     let mut controllers = options.controllers.clone();
     controllers.sort_unstable();
     controllers.dedup();
+    let allocated;
+    let mut view = snapshot;
+    if controllers.contains(&Controller::Allocator) {
+        let mut with_allocations = snapshot.clone();
+        for update in allocations(snapshot, options).updates {
+            let key = snapshot::Key {
+                namespace: update.namespace,
+                name: update.name,
+            };
+            with_allocations
+                .services
+                .insert(key, Arc::new(update.service));
+        }
+        allocated = with_allocations;
+        view = &allocated;
+    }
     let mut doc = PlanDocument::default();
     for controller in controllers {
-        run_controller(controller, snapshot, options, &mut doc);
+        // The allocator plans against the Services as read.
+        let input = if controller == Controller::Allocator {
+            snapshot
+        } else {
+            view
+        };
+        run_controller(controller, input, options, &mut doc);
     }
     doc
+}
+
+fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator::AllocationPlan {
+    let services: Vec<Service> = snapshot
+        .services
+        .values()
+        .map(|s| Service::clone(s))
+        .collect();
+    svcplane_allocator::plan_allocations(&services, &options.allocator, ALLOCATOR_SEED)
 }
 
 fn run_controller(
@@ -112,6 +168,7 @@ fn run_controller(
 ) {
     match controller {
         Controller::EndpointSlice => plan_endpoint_slices(snapshot, options, doc),
+        Controller::Allocator => plan_allocations(snapshot, options, doc),
     }
 }
 
@@ -175,9 +232,37 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
         }
         doc.events.extend(plan.events.into_iter().map(|e| Event {
             event_type: e.event_type,
-            reason: e.reason,
+            reason: e.reason.to_owned(),
             object: key.to_string(),
             message: e.message,
         }));
     }
+}
+
+/// The allocations the admission webhook would make: an `update` of every
+/// Service still lacking ClusterIP(s) or nodePort(s), and the repair loop's
+/// findings (leaks, duplicates, out-of-range values) as events.
+fn plan_allocations(snapshot: &Snapshot, options: &PlanOptions, doc: &mut PlanDocument) {
+    let controller = Controller::Allocator.name();
+    let plan = allocations(snapshot, options);
+    for update in plan.updates {
+        doc.actions.push(Action {
+            controller,
+            verb: Verb::Update,
+            kind: "Service",
+            namespace: update.namespace,
+            name: Some(update.name),
+            object: Some(Object::Service(Box::new(update.service))),
+        });
+    }
+    doc.events.extend(plan.events.into_iter().map(|e| Event {
+        event_type: if e.event_type == "Normal" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: e.reason,
+        object: e.object,
+        message: e.message,
+    }));
 }

@@ -4,6 +4,7 @@
 //! Kubernetes objects are k8s-openapi types (fixed field order, `BTreeMap`
 //! labels), so the output is byte-stable for a given input.
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
@@ -32,6 +33,7 @@ pub enum Verb {
 #[serde(untagged)]
 pub enum Object {
     EndpointSlice(Box<EndpointSlice>),
+    Service(Box<Service>),
 }
 
 /// One API write.
@@ -55,7 +57,7 @@ pub struct Action {
 pub struct Event {
     #[serde(rename = "type")]
     pub event_type: EventType,
-    pub reason: &'static str,
+    pub reason: String,
     /// `namespace/name` of the object the event is about.
     pub object: String,
     pub message: String,
@@ -124,7 +126,7 @@ mod tests {
             ],
             events: vec![Event {
                 event_type: EventType::Warning,
-                reason: "FailedToUpdateEndpointSlices",
+                reason: "FailedToUpdateEndpointSlices".into(),
                 object: "ns/web".into(),
                 message: "boom".into(),
             }],

@@ -455,4 +455,3 @@ pub fn selected_pods<'a>(service: &Service, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod
         .filter(|p| crate::core::selector::selector_matches(selector, p.metadata.labels.as_ref()))
         .collect()
 }
-
