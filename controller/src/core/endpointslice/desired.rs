@@ -228,19 +228,21 @@ impl Hash for EndpointKey<'_> {
 }
 
 /// A small, fast, non-cryptographic hasher for keys we build ourselves:
-/// FNV-1a over the written bytes, then a final avalanche, because hashbrown
-/// tags buckets with the top bits, which plain FNV-1a leaves nearly equal
-/// for short similar strings (and every probe then compares whole keys).
-#[derive(Debug, Clone, Copy)]
-pub struct FnvHasher(u64);
+/// eight bytes at a time with a multiply-rotate step (the FxHash scheme), then
+/// a final avalanche, because hashbrown tags buckets with the top bits and
+/// short similar strings (`web-00001`, `web-00002`) must not share them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FastHasher(u64);
 
-impl Default for FnvHasher {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
     }
 }
 
-impl Hasher for FnvHasher {
+impl Hasher for FastHasher {
     fn finish(&self) -> u64 {
         // MurmurHash3's fmix64.
         let mut h = self.0;
@@ -252,14 +254,30 @@ impl Hasher for FnvHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
         }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
     }
 }
 
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FnvHasher>>;
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// Ports as resolved on one Pod: for each Service port index that resolved,
 /// the number it resolved to. Pods with equal lists share a port group.
@@ -454,4 +472,58 @@ pub fn selected_pods<'a>(service: &Service, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod
         .filter(|p| p.metadata.namespace.as_deref() == namespace)
         .filter(|p| crate::core::selector::selector_matches(selector, p.metadata.labels.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn fast_hasher_spreads_similar_names_over_bucket_tags() {
+        let names: Vec<String> = (0..1000).map(|i| format!("web-{i:05}")).collect();
+        let build = BuildHasherDefault::<FastHasher>::default();
+        // hashbrown's tag is the top 7 bits: similar keys must cover nearly
+        // all 128 values, or lookups degrade into full key comparisons.
+        let tags: BTreeSet<u64> = names.iter().map(|n| build.hash_one(n) >> 57).collect();
+        assert!(tags.len() > 120, "only {} distinct tags", tags.len());
+        let low: BTreeSet<u64> = names.iter().map(|n| build.hash_one(n) & 1023).collect();
+        assert!(low.len() > 550, "only {} distinct low bits", low.len());
+    }
+
+    #[test]
+    fn str_eq_matches_std_equality() {
+        for (a, b) in [
+            ("", ""),
+            ("a", ""),
+            ("", "a"),
+            ("abc", "abc"),
+            ("abc", "abd"),
+        ] {
+            assert_eq!(str_eq(a, b), a == b, "{a:?} {b:?}");
+        }
+    }
+
+    #[test]
+    fn rule_2_6_endpoint_key_ignores_address_order_of_existing_endpoints() {
+        let ep = Endpoint {
+            addresses: vec!["10.0.0.2".into(), "10.0.0.1".into()],
+            target_ref: Some(ObjectReference {
+                namespace: Some("ns".into()),
+                name: Some("p".into()),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        };
+        let first = Cow::Borrowed("10.0.0.1");
+        let more = [Cow::Borrowed("10.0.0.2")];
+        let desired = EndpointKey {
+            addresses: Addresses::Desired(&first, &more),
+            hostname: "",
+            namespace: "ns",
+            name: "p",
+        };
+        assert_eq!(EndpointKey::of_existing(&ep), desired);
+    }
 }
