@@ -24,6 +24,11 @@ pub fn epoch() -> Timestamp {
     Timestamp::from_second(1_700_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+fn put(map: &mut Option<BTreeMap<String, String>>, k: &str, v: &str) {
+    map.get_or_insert_with(BTreeMap::new)
+        .insert(k.into(), v.into());
+}
+
 /// Builder for a Service (ClusterIP, IPv4, selector `app: <name>`).
 #[derive(Debug, Clone)]
 pub struct SvcBuilder(pub Service);
@@ -64,51 +69,37 @@ impl SvcBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        put(&mut self.0.metadata.labels, k, v);
         self
     }
 
     pub fn annotation(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        put(&mut self.0.metadata.annotations, k, v);
         self
     }
 
-    /// A port whose targetPort is a number.
-    pub fn port(mut self, name: &str, port: i32, target: i32) -> Self {
+    fn push_port(mut self, name: &str, port: i32, target: IntOrString) -> Self {
         self.spec()
             .ports
             .get_or_insert_with(Vec::new)
             .push(ServicePort {
                 name: Some(name.into()),
                 port,
-                target_port: Some(IntOrString::Int(target)),
+                target_port: Some(target),
                 protocol: Some("TCP".into()),
                 ..ServicePort::default()
             });
         self
     }
 
-    /// A port whose targetPort is a container port name.
-    pub fn named_port(mut self, name: &str, port: i32, target: &str) -> Self {
-        self.spec()
-            .ports
-            .get_or_insert_with(Vec::new)
-            .push(ServicePort {
-                name: Some(name.into()),
-                port,
-                target_port: Some(IntOrString::String(target.into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            });
-        self
+    /// A TCP port whose targetPort is a number.
+    pub fn port(self, name: &str, port: i32, target: i32) -> Self {
+        self.push_port(name, port, IntOrString::Int(target))
+    }
+
+    /// A TCP port whose targetPort is a container port name.
+    pub fn named_port(self, name: &str, port: i32, target: &str) -> Self {
+        self.push_port(name, port, IntOrString::String(target.into()))
     }
 
     pub fn app_protocol(mut self, value: &str) -> Self {
@@ -263,11 +254,7 @@ impl PodBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        put(&mut self.0.metadata.labels, k, v);
         self
     }
 

@@ -18,22 +18,33 @@ fn cluster_nodes() -> std::collections::BTreeMap<String, Arc<k8s_openapi::api::c
     ])
 }
 
+/// Reconciles with the test cluster's Nodes.
+fn outcome(
+    service: &Service,
+    pods: &[Arc<Pod>],
+    existing: &[Arc<EndpointSlice>],
+    trigger_time: Option<k8s_openapi::jiff::Timestamp>,
+    max: usize,
+) -> Outcome {
+    let nodes = cluster_nodes();
+    reconcile(&Inputs {
+        service,
+        pods,
+        nodes: &nodes,
+        existing,
+        trigger_time,
+        max_endpoints_per_slice: max,
+    })
+}
+
 fn plan_max(
     service: &Service,
     pods: &[Arc<Pod>],
     existing: &[Arc<EndpointSlice>],
     max: usize,
 ) -> SlicePlan {
-    let nodes = cluster_nodes();
-    let inputs = Inputs {
-        service,
-        pods,
-        nodes: &nodes,
-        existing,
-        trigger_time: service.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        max_endpoints_per_slice: max,
-    };
-    match reconcile(&inputs) {
+    let trigger_time = service.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    match outcome(service, pods, existing, trigger_time, max) {
         Outcome::Planned(p) => p,
         Outcome::Skipped(r) => panic!("unexpected skip {r:?}"),
     }
@@ -105,30 +116,14 @@ fn only_slice(p: &SlicePlan) -> EndpointSlice {
 #[test]
 fn rule_2_2_external_name_service_is_left_alone() {
     let s = svc("web").external_name().build();
-    let nodes = cluster_nodes();
-    let out = reconcile(&Inputs {
-        service: &s,
-        pods: &ready_pods("web", 1),
-        nodes: &nodes,
-        existing: &[],
-        trigger_time: None,
-        max_endpoints_per_slice: 100,
-    });
+    let out = outcome(&s, &ready_pods("web", 1), &[], None, 100);
     assert_eq!(out, Outcome::Skipped(SkipReason::ExternalName));
 }
 
 #[test]
 fn rule_2_2_service_without_selector_is_left_alone() {
     let s = svc("web").no_selector().build();
-    let nodes = cluster_nodes();
-    let out = reconcile(&Inputs {
-        service: &s,
-        pods: &ready_pods("web", 1),
-        nodes: &nodes,
-        existing: &[],
-        trigger_time: None,
-        max_endpoints_per_slice: 100,
-    });
+    let out = outcome(&s, &ready_pods("web", 1), &[], None, 100);
     assert_eq!(out, Outcome::Skipped(SkipReason::NoSelector));
 }
 
@@ -829,16 +824,7 @@ fn rule_2_8_foreign_annotations_are_preserved_and_trigger_time_cleared() {
         .annotations
         .get_or_insert_with(Default::default)
         .insert("keep".into(), "me".into());
-    let nodes = cluster_nodes();
-    let inputs = Inputs {
-        service: &s,
-        pods: &pods[..1],
-        nodes: &nodes,
-        existing: &[Arc::new(stored)],
-        trigger_time: None,
-        max_endpoints_per_slice: 100,
-    };
-    let Outcome::Planned(p) = reconcile(&inputs) else {
+    let Outcome::Planned(p) = outcome(&s, &pods[..1], &[Arc::new(stored)], None, 100) else {
         panic!("skipped")
     };
     let a = only_slice(&p).metadata.annotations.unwrap_or_default();
@@ -901,4 +887,43 @@ fn rule_2_7_plan_does_not_depend_on_input_order() {
     let mut reversed_slices = existing.clone();
     reversed_slices.reverse();
     assert_eq!(forward, plan(&s, &reversed_pods, &reversed_slices));
+}
+
+// §2.13 metric figures
+
+#[test]
+fn rule_2_13_pass_stats_follow_upstream_definitions() {
+    let s = svc("web").port("http", 80, 8080).build();
+    let pods = ready_pods("web", 250);
+    let fresh = plan(&s, &pods, &[]);
+    let st = fresh.passes[0].stats;
+    assert_eq!(
+        (
+            st.endpoints_added,
+            st.endpoints_removed,
+            st.endpoints_desired
+        ),
+        (250, 0, 250)
+    );
+    assert_eq!((st.slices_after, st.slices_desired), (3, 3));
+
+    let stored = apply_plan(&[], &fresh);
+    let fewer = &pods[..245];
+    let st = plan(&s, fewer, &stored).passes[0].stats;
+    assert_eq!(
+        (
+            st.endpoints_added,
+            st.endpoints_removed,
+            st.endpoints_desired
+        ),
+        (0, 5, 245)
+    );
+    assert_eq!((st.slices_after, st.slices_desired), (3, 3));
+
+    // A Service without endpoints counts its placeholder as one slice.
+    let st = plan(&s, &[], &[]).passes[0].stats;
+    assert_eq!(
+        (st.endpoints_desired, st.slices_after, st.slices_desired),
+        (0, 1, 1)
+    );
 }
