@@ -103,18 +103,27 @@ fn parse_node_port_range(value: &str) -> Result<String, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Controller {
     EndpointSlice,
+    Endpoints,
+    EndpointSliceMirroring,
     Allocator,
 }
 
 impl Controller {
     /// Every implemented controller, in output order.
-    pub const ALL: &'static [Controller] = &[Controller::EndpointSlice, Controller::Allocator];
+    pub const ALL: &'static [Controller] = &[
+        Controller::EndpointSlice,
+        Controller::Endpoints,
+        Controller::EndpointSliceMirroring,
+        Controller::Allocator,
+    ];
 
     /// The name used on the command line and in the output's `controller`
     /// field (kube-controller-manager's `--controllers` names).
     pub const fn name(self) -> &'static str {
         match self {
             Controller::EndpointSlice => "endpointslice",
+            Controller::Endpoints => "endpoints",
+            Controller::EndpointSliceMirroring => "endpointslicemirroring",
             Controller::Allocator => "allocator",
         }
     }

@@ -174,6 +174,70 @@ fn events_golden() {
     );
 }
 
+// ------------------------------------------------------- topology goldens
+
+/// Topology inputs and goldens live in `tests/golden/topology/`.
+const TOPOLOGY_CASES: [&str; 5] = [
+    "balanced.yaml",
+    "unbalanced.yaml",
+    "too-few-endpoints.yaml",
+    "node-missing-cpu.yaml",
+    "traffic-distribution.yaml",
+];
+
+fn topology_golden(name: &str) {
+    let input = format!("tests/golden/topology/inputs/{name}");
+    golden(
+        &format!("topology/{name}"),
+        &ok(plan(&["-f", &input, "--controllers", "endpointslice"])),
+    );
+}
+
+#[test]
+fn topology_three_zones_balanced_golden() {
+    topology_golden("balanced.yaml");
+}
+
+#[test]
+fn topology_three_zones_unbalanced_golden() {
+    topology_golden("unbalanced.yaml");
+}
+
+#[test]
+fn topology_too_few_endpoints_golden() {
+    topology_golden("too-few-endpoints.yaml");
+}
+
+#[test]
+fn topology_node_missing_cpu_golden() {
+    topology_golden("node-missing-cpu.yaml");
+}
+
+#[test]
+fn topology_traffic_distribution_golden() {
+    topology_golden("traffic-distribution.yaml");
+}
+
+#[test]
+fn topology_events_name_the_address_type() {
+    let doc: serde_json::Value = serde_json::from_str(&ok(plan(&[
+        "-f",
+        "tests/golden/topology/inputs/too-few-endpoints.yaml",
+        "--controllers",
+        "endpointslice",
+        "-o",
+        "json",
+    ])))
+    .expect("json");
+    let events = doc["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1, "{doc:#}");
+    assert_eq!(events[0]["reason"], "TopologyAwareHintsDisabled");
+    assert_eq!(
+        events[0]["message"],
+        "Insufficient number of endpoints (2 endpoints, 3 zones), addressType: IPv4"
+    );
+}
+
 #[test]
 fn example_output_is_byte_stable() {
     let first = ok(plan(&["-f", EXAMPLE]));
@@ -572,9 +636,13 @@ fn goldens_exist_for_every_golden_test() {
         "small.yaml",
         "skipped-kind.yaml",
         "missing-node.yaml",
-    ] {
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain(TOPOLOGY_CASES.iter().map(|c| format!("topology/{c}")))
+    {
         assert!(
-            Path::new(&root().join("tests/golden").join(name)).exists()
+            Path::new(&root().join("tests/golden").join(&name)).exists()
                 || std::env::var_os("UPDATE_GOLDEN").is_some(),
             "missing golden {name}"
         );

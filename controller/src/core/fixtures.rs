@@ -391,3 +391,114 @@ pub fn apply_plan(
     }
     by_name.into_values().map(Arc::new).collect()
 }
+
+/// Builder for a hand-written or controller-written `v1.Endpoints` object in
+/// `default`.
+#[derive(Debug, Clone)]
+pub struct EndpointsBuilder(pub k8s_openapi::api::core::v1::Endpoints);
+
+pub fn endpoints(name: &str) -> EndpointsBuilder {
+    EndpointsBuilder(k8s_openapi::api::core::v1::Endpoints {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-ep-{name}")),
+            resource_version: Some("1".into()),
+            creation_timestamp: Some(Time(epoch())),
+            ..ObjectMeta::default()
+        },
+        subsets: None,
+    })
+}
+
+/// An EndpointAddress with only an IP.
+pub fn endpoint_address(ip: &str) -> k8s_openapi::api::core::v1::EndpointAddress {
+    k8s_openapi::api::core::v1::EndpointAddress {
+        ip: ip.into(),
+        ..Default::default()
+    }
+}
+
+impl EndpointsBuilder {
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.0.metadata.namespace = Some(ns.into());
+        self
+    }
+
+    pub fn uid(mut self, uid: &str) -> Self {
+        self.0.metadata.uid = Some(uid.into());
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn annotation(mut self, k: &str, v: &str) -> Self {
+        self.0
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(k.into(), v.into());
+        self
+    }
+
+    pub fn deleting(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(Time(epoch()));
+        self
+    }
+
+    /// Adds a subset of bare addresses (IP only) with named TCP ports.
+    pub fn subset(self, ready: &[&str], not_ready: &[&str], ports: &[(&str, i32)]) -> Self {
+        self.subset_of(
+            ready.iter().map(|ip| endpoint_address(ip)).collect(),
+            not_ready.iter().map(|ip| endpoint_address(ip)).collect(),
+            ports,
+        )
+    }
+
+    /// Adds a subset of the given addresses with named TCP ports.
+    pub fn subset_of(
+        mut self,
+        ready: Vec<k8s_openapi::api::core::v1::EndpointAddress>,
+        not_ready: Vec<k8s_openapi::api::core::v1::EndpointAddress>,
+        ports: &[(&str, i32)],
+    ) -> Self {
+        let subset = k8s_openapi::api::core::v1::EndpointSubset {
+            addresses: (!ready.is_empty()).then_some(ready),
+            not_ready_addresses: (!not_ready.is_empty()).then_some(not_ready),
+            ports: (!ports.is_empty()).then(|| {
+                ports
+                    .iter()
+                    .map(|(name, port)| k8s_openapi::api::core::v1::EndpointPort {
+                        name: (!name.is_empty()).then(|| name.to_string()),
+                        port: *port,
+                        protocol: Some("TCP".into()),
+                        app_protocol: None,
+                    })
+                    .collect()
+            }),
+        };
+        self.0.subsets.get_or_insert_with(Vec::new).push(subset);
+        self
+    }
+
+    pub fn build(self) -> k8s_openapi::api::core::v1::Endpoints {
+        self.0
+    }
+}
+
+/// The `i`-th distinct IPv4 address `10.x.y.z`.
+pub fn ipv4_nth(i: usize) -> String {
+    format!("10.{}.{}.{}", (i / 65536) % 256, (i / 256) % 256, i % 256)
+}
+
+/// Distinct IPv6 addresses `fd00::<hex>`.
+pub fn ipv6_nth(i: usize) -> String {
+    format!("fd00::{:x}", i + 1)
+}

@@ -23,6 +23,7 @@ use crate::cli::{Controller, PlanArgs};
 use crate::core::endpointslice::{self, Inputs, Outcome, SliceWrite};
 use crate::core::event::EventType;
 use crate::core::selector::selector_matches;
+use crate::core::topology::TopologyPolicy;
 use crate::core::trigger_time::TriggerTimeTracker;
 
 use svcplane_allocator::{AllocatorConfig, ConfigError};
@@ -168,6 +169,8 @@ fn run_controller(
 ) {
     match controller {
         Controller::EndpointSlice => plan_endpoint_slices(snapshot, options, doc),
+        Controller::Endpoints => plan_endpoints(snapshot, doc),
+        Controller::EndpointSliceMirroring => plan_mirroring(snapshot, doc),
         Controller::Allocator => plan_allocations(snapshot, options, doc),
     }
 }
@@ -185,6 +188,9 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
     // Offline, every sync is a first sync: the tracker yields the Service's
     // creationTimestamp.
     let mut trigger_times = TriggerTimeTracker::default();
+    // Topology hints from the snapshot's Nodes, with a fresh cache: no
+    // Service has populated hints yet.
+    let mut topology = TopologyPolicy::from_nodes(snapshot.nodes.values().map(Arc::as_ref));
     for (key, service) in &snapshot.services {
         let pods = snapshot.pods_in(&key.namespace);
         let existing = snapshot.endpoint_slices_in(&key.namespace);
@@ -197,7 +203,7 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
             trigger_time,
             max_endpoints_per_slice: options.max_endpoints_per_slice,
         };
-        let plan = match endpointslice::reconcile(&inputs) {
+        let plan = match endpointslice::reconcile_with_hints(&inputs, &mut topology) {
             Outcome::Skipped(reason) => {
                 debug!(service = %key, ?reason, "skipped");
                 continue;
@@ -265,4 +271,130 @@ fn plan_allocations(snapshot: &Snapshot, options: &PlanOptions, doc: &mut PlanDo
         object: e.object,
         message: e.message,
     }));
+}
+
+/// Keys `namespace/name` of a map, as [`snapshot::Key`]s.
+fn keys_of<T>(map: &std::collections::BTreeMap<snapshot::Key, Arc<T>>) -> Vec<snapshot::Key> {
+    map.keys().cloned().collect()
+}
+
+fn planned_events(
+    key: &snapshot::Key,
+    events: Vec<crate::core::event::PlannedEvent>,
+    doc: &mut PlanDocument,
+) {
+    doc.events.extend(events.into_iter().map(|e| Event {
+        event_type: e.event_type,
+        reason: e.reason.to_owned(),
+        object: key.to_string(),
+        message: e.message,
+    }));
+}
+
+/// The Endpoints controller's first sync: every Service, plus every
+/// Endpoints object but leader-election records (the start-up scan that
+/// deletes leftovers of deleted Services), in key order.
+fn plan_endpoints(snapshot: &Snapshot, doc: &mut PlanDocument) {
+    use crate::core::endpoints::{self as eps, EndpointsWrite};
+    let controller = Controller::Endpoints.name();
+    let mut keys: std::collections::BTreeSet<snapshot::Key> =
+        keys_of(&snapshot.services).into_iter().collect();
+    keys.extend(
+        snapshot
+            .endpoints
+            .iter()
+            .filter(|(_, e)| !eps::triggers::is_leader_record(e))
+            .map(|(k, _)| k.clone()),
+    );
+    let mut trigger_times = TriggerTimeTracker::default();
+    for key in keys {
+        let service = snapshot.services.get(&key).map(Arc::as_ref);
+        let pods = snapshot.pods_in(&key.namespace);
+        let trigger_time = service.and_then(|s| trigger_times.compute(s, &selected_pods(s, &pods)));
+        let inputs = eps::Inputs {
+            namespace: &key.namespace,
+            name: &key.name,
+            service,
+            pods: &pods,
+            existing: snapshot.endpoints.get(&key).map(Arc::as_ref),
+            trigger_time,
+        };
+        let plan = match eps::reconcile(&inputs) {
+            eps::Outcome::Skipped(reason) => {
+                debug!(endpoints = %key, ?reason, "skipped");
+                continue;
+            }
+            eps::Outcome::Planned(plan) => plan,
+        };
+        debug!(endpoints = %key, writes = plan.writes.len(), truncated = plan.truncated, "planned");
+        for write in plan.writes {
+            let (verb, object) = match write {
+                EndpointsWrite::Create(e) => (Verb::Create, Some(e)),
+                EndpointsWrite::Update(e) => (Verb::Update, Some(e)),
+                EndpointsWrite::Delete(_) => (Verb::Delete, None),
+            };
+            doc.actions.push(Action {
+                controller,
+                verb,
+                kind: "Endpoints",
+                namespace: key.namespace.clone(),
+                name: Some(key.name.clone()),
+                object: object.map(|e| Object::Endpoints(Box::new(e))),
+            });
+        }
+        planned_events(&key, plan.events, doc);
+    }
+}
+
+/// The mirroring controller's first sync: every key with an Endpoints
+/// object, a Service or a mirrored slice, in key order.
+fn plan_mirroring(snapshot: &Snapshot, doc: &mut PlanDocument) {
+    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+    use crate::core::mirroring;
+    let controller = Controller::EndpointSliceMirroring.name();
+    let mut keys: std::collections::BTreeSet<snapshot::Key> =
+        keys_of(&snapshot.endpoints).into_iter().collect();
+    keys.extend(keys_of(&snapshot.services));
+    keys.extend(snapshot.endpoint_slices.iter().filter_map(|(k, s)| {
+        let labels = s.metadata.labels.as_ref()?;
+        (labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(mirroring::CONTROLLER_NAME)).then(
+            || snapshot::Key {
+                namespace: k.namespace.clone(),
+                name: labels.get(LABEL_SERVICE_NAME).cloned().unwrap_or_default(),
+            },
+        )
+    }));
+    for key in keys {
+        let existing = snapshot.endpoint_slices_in(&key.namespace);
+        let inputs = mirroring::Inputs {
+            namespace: &key.namespace,
+            name: &key.name,
+            endpoints: snapshot.endpoints.get(&key).map(Arc::as_ref),
+            service: snapshot.services.get(&key).map(Arc::as_ref),
+            existing: &existing,
+            max_endpoints_per_subset: mirroring::DEFAULT_MAX_ENDPOINTS_PER_SUBSET,
+        };
+        let plan = mirroring::reconcile(&inputs);
+        debug!(endpoints = %key, writes = plan.write_count(), not_mirrored = ?plan.not_mirrored, "planned");
+        for write in plan.writes() {
+            let (verb, name, object) = match write {
+                SliceWrite::Create(slice) => {
+                    (Verb::Create, slice.metadata.name.clone(), Some(slice))
+                }
+                SliceWrite::Update(slice) => {
+                    (Verb::Update, slice.metadata.name.clone(), Some(slice))
+                }
+                SliceWrite::Delete(r) => (Verb::Delete, Some(r.name), None),
+            };
+            doc.actions.push(Action {
+                controller,
+                verb,
+                kind: "EndpointSlice",
+                namespace: key.namespace.clone(),
+                name,
+                object: object.map(|s| Object::EndpointSlice(Box::new(s))),
+            });
+        }
+        planned_events(&key, plan.events, doc);
+    }
 }

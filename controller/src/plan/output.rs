@@ -4,7 +4,7 @@
 //! Kubernetes objects are k8s-openapi types (fixed field order, `BTreeMap`
 //! labels), so the output is byte-stable for a given input.
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
@@ -34,6 +34,7 @@ pub enum Verb {
 pub enum Object {
     EndpointSlice(Box<EndpointSlice>),
     Service(Box<Service>),
+    Endpoints(Box<Endpoints>),
 }
 
 /// One API write.

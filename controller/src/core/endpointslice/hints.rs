@@ -6,7 +6,7 @@
 //! before finalising. [`NoTopology`] implements the "hints off" branch of
 //! §2.11: strip hints everywhere and rewrite unchanged slices that still carry
 //! some. The topology-aware policy (annotation `Auto`, trafficDistribution) is
-//! a separate piece of work that implements the same trait.
+//! `crate::core::topology::TopologyPolicy`, which implements the same trait.
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -21,7 +21,7 @@ pub mod triggers;
 #[cfg(test)]
 mod tests;
 
-pub use reconcile::{Inputs, reconcile};
+pub use reconcile::{Inputs, reconcile, reconcile_with_hints};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 

@@ -1,1 +1,177 @@
-//! (placeholder: filled by the topology work)
+//! Topology-aware routing hints (endpoints-spec §2.11, §3), as a
+//! [`HintsPolicy`] for the EndpointSlice reconciler.
+//!
+//! - `nodes`: allocatable CPU per zone and the zone ratios (§3.3.1);
+//! - `allocation`: the topology-cache algorithm for one pass (§3.3.2–§3.3.5);
+//! - `cache`: the state kept across syncs and the overload re-check (§3.3.6);
+//! - `traffic_distribution`: the `spec.trafficDistribution` heuristic (§3.2);
+//! - this module: enabling (§3.1) and the dispatch of §2.11.
+//!
+//! Everything is pure: the caller owns the [`TopologyPolicy`] (cache and
+//! ratios), feeds it Node snapshots and passes it to
+//! `reconcile_with_hints` for each sync.
+
+pub mod allocation;
+pub mod cache;
+pub mod fixtures;
+pub mod nodes;
+pub mod traffic_distribution;
+
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+
+use self::cache::TopologyCache;
+use self::nodes::ZoneRatios;
+use self::traffic_distribution::TrafficDistribution;
+use crate::core::endpointslice::hints::{HintsPolicy, PassSlices, remove_hints};
+use crate::core::event::PlannedEvent;
+use crate::core::keys::{ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE};
+
+/// The maximum overload any zone's endpoints should see (upstream constant).
+pub const OVERLOAD_THRESHOLD: f64 = 0.2;
+
+pub const REASON_ENABLED: &str = "TopologyAwareHintsEnabled";
+pub const REASON_DISABLED: &str = "TopologyAwareHintsDisabled";
+
+pub const MSG_ENABLED: &str = "Topology Aware Hints has been enabled";
+pub const MSG_DISABLED: &str = "Topology Aware Hints has been disabled";
+pub const MSG_INSUFFICIENT_NODE_INFO: &str =
+    "Insufficient Node information: allocatable CPU or zone not specified on one or more nodes";
+pub const MSG_ONE_ZONE: &str = "Nodes only ready in one zone";
+pub const MSG_INSUFFICIENT_ENDPOINTS: &str = "Insufficient number of endpoints";
+pub const MSG_MIN_ALLOCATION: &str = "Unable to allocate minimum required endpoints to each zone without exceeding overload threshold";
+pub const MSG_NO_ZONE: &str = "One or more endpoints do not have a zone specified";
+pub const MSG_NO_ALLOCATED_HINTS: &str = "No hints allocated for zones";
+
+/// `<message>, addressType: <type>`, the form of every topology event.
+pub fn with_address_type(message: &str, address_type: &str) -> String {
+    format!("{message}, addressType: {address_type}")
+}
+
+/// §3.1: the legacy `topology-aware-hints` annotation wins whenever present
+/// (even empty), else `topology-mode`; only `Auto` and `auto` enable.
+pub fn hints_enabled(service: &Service) -> bool {
+    let Some(annotations) = service.metadata.annotations.as_ref() else {
+        return false;
+    };
+    let value = annotations
+        .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
+        .or_else(|| annotations.get(ANNOTATION_TOPOLOGY_MODE));
+    matches!(value.map(String::as_str), Some("Auto" | "auto"))
+}
+
+/// The cache key of a Service: `namespace/name`.
+pub fn service_key(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Which hints a Service gets (§2.11, §3.1 precedence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintsMode {
+    /// Annotation `Auto`: the topology cache (trafficDistribution ignored).
+    Auto,
+    /// A valid `spec.trafficDistribution`.
+    TrafficDistribution(TrafficDistribution),
+    /// Neither: hints are removed.
+    Disabled,
+}
+
+impl HintsMode {
+    pub fn of_service(service: &Service) -> Self {
+        if hints_enabled(service) {
+            HintsMode::Auto
+        } else {
+            TrafficDistribution::of_service(service)
+                .map_or(HintsMode::Disabled, HintsMode::TrafficDistribution)
+        }
+    }
+}
+
+/// The full hints policy: §2.11 dispatch, the topology cache (§3.3) and the
+/// trafficDistribution heuristic (§3.2).
+///
+/// The runtime keeps one for the controller's lifetime: it rebuilds the
+/// ratios with [`TopologyPolicy::set_nodes`] on every topology work item and
+/// re-queues the Services that returns; each sync passes it to
+/// `reconcile_with_hints`. `plan` builds a fresh one from the snapshot's
+/// Nodes (an offline plan is a first sync).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopologyPolicy {
+    cache: TopologyCache,
+    ratios: Option<ZoneRatios>,
+}
+
+impl TopologyPolicy {
+    /// A policy from an existing cache and ratios.
+    pub fn new(cache: TopologyCache, ratios: Option<ZoneRatios>) -> Self {
+        Self { cache, ratios }
+    }
+
+    /// A fresh cache and the ratios of `nodes`.
+    pub fn from_nodes<'n>(nodes: impl IntoIterator<Item = &'n Node>) -> Self {
+        Self::new(TopologyCache::default(), nodes::zone_ratios(nodes))
+    }
+
+    /// The topology work item (§2.1, §3.3.1, §3.3.6): recomputes the ratios
+    /// from all Nodes and returns the keys of the Services to re-queue, in
+    /// order.
+    pub fn set_nodes<'n>(&mut self, nodes: impl IntoIterator<Item = &'n Node>) -> Vec<String> {
+        self.set_ratios(nodes::zone_ratios(nodes))
+    }
+
+    /// As [`TopologyPolicy::set_nodes`], with ratios already computed.
+    pub fn set_ratios(&mut self, ratios: Option<ZoneRatios>) -> Vec<String> {
+        self.ratios = ratios;
+        self.cache.overloaded_services(self.ratios.as_ref())
+    }
+
+    pub fn ratios(&self) -> Option<&ZoneRatios> {
+        self.ratios.as_ref()
+    }
+
+    pub fn cache(&self) -> &TopologyCache {
+        &self.cache
+    }
+
+    /// For the runtime to forget a deleted Service.
+    pub fn cache_mut(&mut self) -> &mut TopologyCache {
+        &mut self.cache
+    }
+
+    pub fn into_cache(self) -> TopologyCache {
+        self.cache
+    }
+}
+
+impl HintsPolicy for TopologyPolicy {
+    fn apply(
+        &mut self,
+        service: &Service,
+        pass: &mut PassSlices<'_>,
+        events: &mut Vec<PlannedEvent>,
+    ) {
+        let key = service_key(service);
+        let mode = HintsMode::of_service(service);
+        if mode == HintsMode::Auto {
+            allocation::add_hints(&mut self.cache, self.ratios.as_ref(), &key, pass, events);
+            return;
+        }
+        if self.cache.has_populated_hints(&key) {
+            events.push(PlannedEvent::warning(
+                REASON_DISABLED,
+                with_address_type(MSG_DISABLED, &pass.address_type),
+            ));
+        }
+        self.cache.remove_hints(&key, &pass.address_type);
+        match mode {
+            HintsMode::TrafficDistribution(td) => td.reconcile_hints(pass),
+            HintsMode::Auto | HintsMode::Disabled => remove_hints(pass),
+        }
+    }
+}

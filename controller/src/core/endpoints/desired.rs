@@ -1,0 +1,155 @@
+//! Subsets from the Pods a Service selects (endpoints-spec §4.2 steps 1–5),
+//! repacked (step 6).
+
+use k8s_openapi::api::core::v1::{
+    EndpointAddress, EndpointPort, EndpointSubset, ObjectReference, Pod, Service,
+};
+
+use super::repack::{self, Entry, PortKey};
+use crate::core::ip::{self, Family};
+use crate::core::keys::CLUSTER_IP_NONE;
+use crate::core::pod;
+
+/// The single family an Endpoints object carries (§4.2 step 2): the
+/// Service's primary family; without `ipFamilies` the ClusterIP's family, or
+/// for a headless Service the family of the Pod's `podIP`. `None` means
+/// "decide per Pod".
+pub fn primary_family(service: &Service) -> Option<Family> {
+    let spec = service.spec.as_ref();
+    if let Some(first) = spec
+        .and_then(|s| s.ip_families.as_ref())
+        .and_then(|f| f.first())
+    {
+        return Some(if first == "IPv6" {
+            Family::V6
+        } else {
+            Family::V4
+        });
+    }
+    let cluster_ip = spec.and_then(|s| s.cluster_ip.as_deref()).unwrap_or("");
+    if cluster_ip.is_empty() || cluster_ip == CLUSTER_IP_NONE {
+        return None;
+    }
+    Some(match ip::family_of(cluster_ip) {
+        Some(Family::V6) => Family::V6,
+        _ => Family::V4,
+    })
+}
+
+/// The Pod's address for the Service: the first `status.podIPs` entry of the
+/// family, canonical. Unparseable IPs are skipped (§1.4).
+pub fn pod_address(family: Option<Family>, p: &Pod) -> Option<String> {
+    let status = p.status.as_ref()?;
+    let family = family.unwrap_or_else(|| match status.pod_ip.as_deref().and_then(ip::family_of) {
+        Some(Family::V6) => Family::V6,
+        _ => Family::V4,
+    });
+    status
+        .pod_ips
+        .iter()
+        .flatten()
+        .filter_map(|i| ip::canonical(&i.ip))
+        .find(|(_, f)| *f == family)
+        .map(|(s, _)| s)
+}
+
+/// The address of an eligible Pod (§4.2 step 3). `nodeName` is omitted when
+/// empty (svcplane deviation: upstream writes `""`, which the API rejects).
+fn address_of(service: &Service, p: &Pod, ip: String) -> EndpointAddress {
+    let node_name = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned);
+    EndpointAddress {
+        ip,
+        hostname: pod::published_hostname(p, service).map(str::to_owned),
+        node_name,
+        target_ref: Some(ObjectReference {
+            kind: Some("Pod".to_owned()),
+            namespace: p.metadata.namespace.clone(),
+            name: p.metadata.name.clone(),
+            uid: p.metadata.uid.clone(),
+            ..ObjectReference::default()
+        }),
+    }
+}
+
+/// Counts of what went into the subsets, before truncation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DesiredCounts {
+    /// Ready address entries (one per Pod and port, as upstream logs them).
+    pub ready: usize,
+    pub not_ready: usize,
+}
+
+/// The canonical (untruncated) subsets for `pods`, which must be the Pods
+/// the Service selects.
+pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, DesiredCounts) {
+    let spec = service.spec.as_ref();
+    let pnr = spec
+        .and_then(|s| s.publish_not_ready_addresses)
+        .unwrap_or(false);
+    let service_ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
+    let headless = spec.and_then(|s| s.cluster_ip.as_deref()) == Some(CLUSTER_IP_NONE);
+    let family = primary_family(service);
+
+    // Owned addresses and ports first; the repack entries borrow them.
+    let mut built: Vec<(EndpointAddress, bool, Vec<EndpointPort>)> = Vec::with_capacity(pods.len());
+    for p in pods {
+        if !pod::is_eligible(p, pnr) {
+            continue;
+        }
+        let Some(ip) = pod_address(family, p) else {
+            continue;
+        };
+        let address = address_of(service, p, ip);
+        let ready = pnr || pod::is_ready(p);
+        if service_ports.is_empty() {
+            if headless {
+                built.push((address, ready, Vec::new()));
+            }
+            continue;
+        }
+        let ports: Vec<EndpointPort> = service_ports
+            .iter()
+            .filter_map(|sp| {
+                pod::find_port(p, sp).map(|n| EndpointPort {
+                    name: sp.name.clone().filter(|n| !n.is_empty()),
+                    port: n,
+                    protocol: Some(pod::service_port_protocol(sp).to_owned()),
+                    app_protocol: sp.app_protocol.clone(),
+                })
+            })
+            .collect();
+        if !ports.is_empty() {
+            built.push((address, ready, ports));
+        }
+    }
+    let mut counts = DesiredCounts::default();
+    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(built.len());
+    for (address, ready, ports) in &built {
+        let n = ports.len().max(1);
+        if *ready {
+            counts.ready += n;
+        } else {
+            counts.not_ready += n;
+        }
+        if ports.is_empty() {
+            entries.push(Entry {
+                address,
+                ready: *ready,
+                port: PortKey::SENTINEL,
+            });
+        }
+        for port in ports {
+            entries.push(Entry {
+                address,
+                ready: *ready,
+                port: PortKey::of(port),
+            });
+        }
+    }
+    (repack::repack(&entries), counts)
+}

@@ -1,0 +1,271 @@
+//! Canonical Endpoints subsets (endpoints-spec §4.2 step 6), shared with the
+//! mirroring controller (§5.2 step 1).
+//!
+//! Upstream's `RepackSubsets`: every distinct port collects the set of
+//! addresses offering it (deduplicated by IP and targetRef UID; an address
+//! both ready and not ready for one port is not ready); ports with identical
+//! address sets share a subset; subsets without ports use a sentinel port
+//! (number -1) so their addresses survive. Ports whose number is not positive
+//! (the sentinel, or a port written without a number) are dropped from the
+//! result but keep their addresses. Upstream orders ports and subsets by an
+//! internal hash; svcplane uses the total order of [`NormSubset`] instead, so
+//! the same input always gives the same bytes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, ObjectReference};
+
+/// A port as a repack key: the value of upstream's `v1.EndpointPort`
+/// (`None` and `""` are the same string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortKey<'a> {
+    pub name: &'a str,
+    pub port: i32,
+    pub protocol: &'a str,
+    pub app_protocol: Option<&'a str>,
+}
+
+impl<'a> PortKey<'a> {
+    /// The sentinel upstream uses for subsets without ports.
+    pub const SENTINEL: PortKey<'static> = PortKey {
+        name: "",
+        port: -1,
+        protocol: "",
+        app_protocol: None,
+    };
+
+    pub fn of(p: &'a EndpointPort) -> Self {
+        PortKey {
+            name: p.name.as_deref().unwrap_or(""),
+            port: p.port,
+            protocol: p.protocol.as_deref().unwrap_or(""),
+            app_protocol: p.app_protocol.as_deref(),
+        }
+    }
+
+    /// The API object for this port (empty strings omitted, as Go's
+    /// `omitempty` would).
+    pub fn to_port(self) -> EndpointPort {
+        EndpointPort {
+            name: (!self.name.is_empty()).then(|| self.name.to_owned()),
+            port: self.port,
+            protocol: (!self.protocol.is_empty()).then(|| self.protocol.to_owned()),
+            app_protocol: self.app_protocol.map(str::to_owned),
+        }
+    }
+}
+
+/// One address offered on one port (or on no port), as fed to [`repack`].
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub address: &'a EndpointAddress,
+    pub ready: bool,
+    /// `PortKey::SENTINEL` for a subset without ports.
+    pub port: PortKey<'a>,
+}
+
+/// The entries of existing subsets: every address on every port of its
+/// subset, or on the sentinel when the subset has no ports.
+pub fn entries_of(subsets: &[EndpointSubset]) -> Vec<Entry<'_>> {
+    let mut out = Vec::new();
+    for s in subsets {
+        let ports: Vec<PortKey<'_>> = match s.ports.as_deref() {
+            None | Some([]) => vec![PortKey::SENTINEL],
+            Some(ports) => ports.iter().map(PortKey::of).collect(),
+        };
+        for port in ports {
+            for a in s.addresses.iter().flatten() {
+                out.push(Entry {
+                    address: a,
+                    ready: true,
+                    port,
+                });
+            }
+            for a in s.not_ready_addresses.iter().flatten() {
+                out.push(Entry {
+                    address: a,
+                    ready: false,
+                    port,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Upstream's address identity: IP and targetRef UID (`""` without one).
+fn address_key(a: &EndpointAddress) -> (&str, &str) {
+    (
+        a.ip.as_str(),
+        a.target_ref
+            .as_ref()
+            .and_then(|r| r.uid.as_deref())
+            .unwrap_or(""),
+    )
+}
+
+/// Repacks entries into canonical subsets, sorted by [`NormSubset`] order.
+pub fn repack(entries: &[Entry<'_>]) -> Vec<EndpointSubset> {
+    // Distinct addresses, first occurrence kept (upstream copies the first).
+    let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(entries.len());
+    let mut addresses: Vec<&EndpointAddress> = Vec::new();
+    // Port -> address index -> ready.
+    let mut by_port: BTreeMap<PortKey<'_>, BTreeMap<usize, bool>> = BTreeMap::new();
+    for e in entries {
+        let next = addresses.len();
+        let i = *index.entry(address_key(e.address)).or_insert(next);
+        if i == next {
+            addresses.push(e.address);
+        }
+        let set = by_port.entry(e.port).or_default();
+        let slot = set.entry(i).or_insert(e.ready);
+        // Not ready wins over ready for the same port.
+        *slot = *slot && e.ready;
+    }
+    // Address set -> the real ports offering exactly that set.
+    let mut by_set: BTreeMap<Vec<(usize, bool)>, Vec<PortKey<'_>>> = BTreeMap::new();
+    for (port, set) in by_port {
+        let key: Vec<(usize, bool)> = set.into_iter().collect();
+        let ports = by_set.entry(key).or_default();
+        if port.port > 0 {
+            ports.push(port);
+        }
+    }
+    let mut subsets: Vec<EndpointSubset> = by_set
+        .into_iter()
+        .map(|(set, ports)| {
+            let mut ready = Vec::new();
+            let mut not_ready = Vec::new();
+            for (i, r) in set {
+                let Some(a) = addresses.get(i) else { continue };
+                if r {
+                    ready.push((*a).clone());
+                } else {
+                    not_ready.push((*a).clone());
+                }
+            }
+            EndpointSubset {
+                addresses: (!ready.is_empty()).then_some(ready),
+                not_ready_addresses: (!not_ready.is_empty()).then_some(not_ready),
+                ports: (!ports.is_empty())
+                    .then(|| ports.into_iter().map(PortKey::to_port).collect()),
+            }
+        })
+        .collect();
+    sort_subsets(&mut subsets);
+    subsets
+}
+
+/// Sorts addresses (IP bytes, then UID), ports and subsets into the canonical
+/// order. Content is not changed.
+pub fn sort_subsets(subsets: &mut [EndpointSubset]) {
+    for s in subsets.iter_mut() {
+        if let Some(a) = s.addresses.as_mut() {
+            a.sort_by(|x, y| NormAddress::of(x).cmp(&NormAddress::of(y)));
+        }
+        if let Some(a) = s.not_ready_addresses.as_mut() {
+            a.sort_by(|x, y| NormAddress::of(x).cmp(&NormAddress::of(y)));
+        }
+        if let Some(p) = s.ports.as_mut() {
+            p.sort_by(|x, y| PortKey::of(x).cmp(&PortKey::of(y)));
+        }
+    }
+    subsets.sort_by(|x, y| NormSubset::of(x).cmp(&NormSubset::of(y)));
+}
+
+/// An ObjectReference compared as Go compares it (strings; `None` = `""`),
+/// ignoring `resourceVersion` (§1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NormRef<'a> {
+    pub uid: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub api_version: &'a str,
+    pub field_path: &'a str,
+}
+
+impl<'a> NormRef<'a> {
+    pub fn of(r: &'a ObjectReference) -> Self {
+        let s = |v: &'a Option<String>| v.as_deref().unwrap_or("");
+        NormRef {
+            uid: s(&r.uid),
+            kind: s(&r.kind),
+            namespace: s(&r.namespace),
+            name: s(&r.name),
+            api_version: s(&r.api_version),
+            field_path: s(&r.field_path),
+        }
+    }
+}
+
+/// An address in comparison form. The derived order starts with IP bytes,
+/// then targetRef UID (no targetRef first), as upstream sorts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NormAddress<'a> {
+    pub ip: &'a str,
+    pub target_ref: Option<NormRef<'a>>,
+    pub hostname: &'a str,
+    pub node_name: Option<&'a str>,
+}
+
+impl<'a> NormAddress<'a> {
+    pub fn of(a: &'a EndpointAddress) -> Self {
+        NormAddress {
+            ip: &a.ip,
+            target_ref: a.target_ref.as_ref().map(NormRef::of),
+            hostname: a.hostname.as_deref().unwrap_or(""),
+            node_name: a.node_name.as_deref(),
+        }
+    }
+}
+
+/// A subset in comparison form: nil lists equal empty ones, each list sorted.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NormSubset<'a> {
+    pub ports: Vec<PortKey<'a>>,
+    pub addresses: Vec<NormAddress<'a>>,
+    pub not_ready: Vec<NormAddress<'a>>,
+}
+
+impl<'a> NormSubset<'a> {
+    pub fn of(s: &'a EndpointSubset) -> Self {
+        let addrs = |v: &'a Option<Vec<EndpointAddress>>| {
+            let mut out: Vec<NormAddress<'a>> = v.iter().flatten().map(NormAddress::of).collect();
+            out.sort_unstable();
+            out
+        };
+        let mut ports: Vec<PortKey<'a>> = s.ports.iter().flatten().map(PortKey::of).collect();
+        ports.sort_unstable();
+        NormSubset {
+            ports,
+            addresses: addrs(&s.addresses),
+            not_ready: addrs(&s.not_ready_addresses),
+        }
+    }
+}
+
+/// Whether two subset lists hold the same content, in any order (§1.5, §8):
+/// nil equals empty, `targetRef.resourceVersion` is ignored.
+pub fn subsets_equivalent(a: &[EndpointSubset], b: &[EndpointSubset]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    fn norm(v: &[EndpointSubset]) -> Vec<NormSubset<'_>> {
+        let mut out: Vec<NormSubset<'_>> = v.iter().map(NormSubset::of).collect();
+        out.sort_unstable();
+        out
+    }
+    norm(a) == norm(b)
+}
+
+/// Ready plus not-ready addresses over all subsets.
+pub fn address_count(subsets: &[EndpointSubset]) -> usize {
+    subsets
+        .iter()
+        .map(|s| {
+            s.addresses.as_ref().map_or(0, Vec::len)
+                + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
+        })
+        .sum()
+}
