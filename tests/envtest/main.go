@@ -37,6 +37,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,9 @@ import (
 )
 
 func main() {
+	// Pdeathsig fires when the *thread* that started a child exits; keep the
+	// children's starter on the main thread, which lives as long as we do.
+	runtime.LockOSThread()
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "kube-apiserver":

@@ -1,1 +1,15 @@
 //! Cross-crate end-to-end scenarios (filled as the runtime lands).
+//!
+//! Support for the suites that run against a real API server
+//! (`tests/tests/e2e_*.rs`, `tests/tests/differential.rs`):
+//! - [`envtest`]: the `tests/envtest` harness (etcd + kube-apiserver, and
+//!   upstream kube-controller-manager for the differential suite), or an
+//!   external cluster via `SVCPLANE_E2E_KUBECONFIG`;
+//! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status);
+//! - [`applier`]: running svcplane's pure reconciler against the API server;
+//! - [`normalize`]: comparing stored EndpointSlices across clusters.
+
+pub mod applier;
+pub mod envtest;
+pub mod normalize;
+pub mod objects;

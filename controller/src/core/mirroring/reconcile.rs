@@ -157,7 +157,9 @@ fn owner_reference(endpoints: &Endpoints) -> OwnerReference {
     }
 }
 
-/// A freshly built slice; `name` set for a rewrite, else `generateName`.
+/// A freshly built slice: `generateName` for a create, or the existing
+/// slice's `name` (and no `generateName`, as upstream: a rewrite therefore
+/// clears it) for an update. A recycled create keeps its `generateName`.
 fn new_slice(
     inputs: &Inputs<'_>,
     endpoints: &Endpoints,
@@ -387,7 +389,6 @@ fn recycle(plan: &mut MirrorPlan) {
         };
         let mut slice = plan.creates.remove(c);
         let deleted = plan.deletes.remove(i);
-        slice.metadata.generate_name = None;
         slice.metadata.name = Some(deleted.name);
         plan.updates.push(slice);
     }

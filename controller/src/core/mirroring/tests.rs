@@ -549,7 +549,12 @@ fn rule_5_4_port_change_recycles_the_old_slice() {
     );
     assert_eq!(plan.updates.len(), 1);
     assert_eq!(plan.updates[0].metadata.name, stored[0].metadata.name);
-    assert_eq!(plan.updates[0].metadata.generate_name, None);
+    // Upstream keeps generateName on the recycled object (the differential
+    // suite caught us dropping it).
+    assert_eq!(
+        plan.updates[0].metadata.generate_name.as_deref(),
+        Some("ext-")
+    );
     let ports = plan.updates[0].ports.clone().unwrap_or_default();
     assert_eq!(ports[0].port, Some(8080));
 }
@@ -599,4 +604,20 @@ fn rule_5_4_slices_being_deleted_are_ignored() {
     let plan = run(&simple(), &[Arc::new(slice)]);
     assert_eq!(plan.creates.len(), 1);
     assert!(plan.deletes.is_empty());
+}
+
+#[test]
+fn rule_5_4_in_place_rewrite_names_the_slice_and_drops_generate_name() {
+    // Upstream builds the rewrite with the existing name and no
+    // generateName, so the PUT clears it (checked against kube-controller-
+    // manager by the differential suite); recycled creates keep it.
+    let stored = converged(&simple());
+    assert_eq!(stored[0].metadata.generate_name.as_deref(), Some("ext-"));
+    let ep = ext()
+        .subset(&["10.0.0.1", "10.0.0.4"], &["10.0.0.3"], &[("http", 80)])
+        .build();
+    let plan = run(&ep, &stored);
+    assert_eq!(plan.updates.len(), 1, "{plan:?}");
+    assert_eq!(plan.updates[0].metadata.name, stored[0].metadata.name);
+    assert_eq!(plan.updates[0].metadata.generate_name, None);
 }

@@ -1,0 +1,130 @@
+//! Checks of the harness itself that later suites rely on: admission
+//! webhooks are called (the webhook suite registers svcplane's webhook this
+//! way), and the service range is dual-stack.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use svcplane_controller::core::fixtures::svc;
+use svcplane_tests::envtest::{self, Flavor};
+use svcplane_tests::objects::create_service;
+
+#[tokio::test]
+async fn admission_webhooks_are_called() -> anyhow::Result<()> {
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_harness") else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    let ns = envtest::create_namespace(&client, "svcplane-e2e-webhook-").await?;
+    let label = "svcplane.test/webhook";
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {label: &ns}}})),
+        )
+        .await?;
+    // A webhook nobody serves, failing closed, for ConfigMaps in this
+    // namespace only.
+    let vwc = ValidatingWebhookConfiguration {
+        metadata: kube::api::ObjectMeta {
+            name: Some(ns.clone()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "unreachable.svcplane.test".into(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            failure_policy: Some("Fail".into()),
+            timeout_seconds: Some(2),
+            client_config: WebhookClientConfig {
+                url: Some("https://127.0.0.1:1/validate".into()),
+                ..WebhookClientConfig::default()
+            },
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some([(label.to_owned(), ns.clone())].into()),
+                ..LabelSelector::default()
+            }),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into()]),
+                resources: Some(vec!["configmaps".into()]),
+                scope: Some("Namespaced".into()),
+            }]),
+            ..ValidatingWebhook::default()
+        }]),
+    };
+    let vwcs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    vwcs.create(&PostParams::default(), &vwc).await?;
+
+    // The API server picks the configuration up asynchronously.
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut i = 0;
+    let refusal = loop {
+        i += 1;
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(format!("probe-{i}"));
+        match cms.create(&PostParams::default(), &cm).await {
+            Err(kube::Error::Api(e)) => break e,
+            Err(e) => return Err(e.into()),
+            Ok(_) if Instant::now() > deadline => {
+                anyhow::bail!("the webhook was never called: ConfigMaps are still admitted")
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert!(
+        refusal.message.contains("unreachable.svcplane.test"),
+        "{refusal:?}"
+    );
+    vwcs.delete(&ns, &DeleteParams::default()).await?;
+    envtest::delete_namespace(&client, &ns).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn service_range_is_dual_stack() -> anyhow::Result<()> {
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_harness") else {
+        return Ok(());
+    };
+    if cluster.external {
+        return Ok(());
+    }
+    let client = cluster.client().await?;
+    let ns = envtest::create_namespace(&client, "svcplane-e2e-range-").await?;
+    let created = create_service(
+        &client,
+        &ns,
+        &svc("both")
+            .families(&["IPv4", "IPv6"])
+            .port("http", 80, 8080)
+            .build(),
+    )
+    .await?;
+    let spec = created.spec.unwrap_or_default();
+    let ips = spec.cluster_ips.unwrap_or_default();
+    assert_eq!(ips.len(), 2, "{ips:?}");
+    assert!(ips[0].starts_with("10.96."), "{ips:?}");
+    assert!(ips[1].starts_with("fd00:10:96::"), "{ips:?}");
+    let mut np = svc("np").port("http", 80, 8080).build();
+    if let Some(spec) = np.spec.as_mut() {
+        spec.type_ = Some("NodePort".into());
+    }
+    let created = create_service(&client, &ns, &np).await?;
+    let port = created
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p.first().and_then(|p| p.node_port))
+        .unwrap_or_default();
+    assert!((30000..=32767).contains(&port), "nodePort {port}");
+    envtest::delete_namespace(&client, &ns).await;
+    Ok(())
+}
