@@ -431,20 +431,12 @@ impl EndpointsBuilder {
     }
 
     pub fn label(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        put(&mut self.0.metadata.labels, k, v);
         self
     }
 
     pub fn annotation(mut self, k: &str, v: &str) -> Self {
-        self.0
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(k.into(), v.into());
+        put(&mut self.0.metadata.annotations, k, v);
         self
     }
 

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::core::endpointslice::desired::selected_pods;
 use crate::core::keys::{
-    ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, CLUSTER_IP_NONE, LABEL_ENDPOINTS_MANAGED_BY,
-    LABEL_HEADLESS, SERVICE_TYPE_EXTERNAL_NAME,
+    ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, LABEL_ENDPOINTS_MANAGED_BY, LABEL_HEADLESS,
+    SERVICE_TYPE_EXTERNAL_NAME,
 };
 use crate::core::trigger_time::format_rfc3339_nano;
 
@@ -49,14 +49,7 @@ impl std::fmt::Debug for Inputs<'_> {
     }
 }
 
-fn is_headless(service: &Service) -> bool {
-    let ip = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.cluster_ip.as_deref())
-        .unwrap_or("");
-    ip.is_empty() || ip == CLUSTER_IP_NONE
-}
+use crate::core::endpointslice::metadata::is_headless;
 
 /// The labels a written Endpoints object carries (§4.4): the Service's
 /// labels, the managed-by label, and the headless label when the Service has

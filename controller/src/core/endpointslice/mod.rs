@@ -12,7 +12,7 @@
 pub mod desired;
 mod finalize;
 pub mod hints;
-mod metadata;
+pub mod metadata;
 mod packing;
 mod reconcile;
 pub mod tracker;
