@@ -99,7 +99,7 @@ fn parse_node_port_range(value: &str) -> Result<String, String> {
 }
 
 /// A controller `plan` can run. Adding one means adding a variant here, to
-/// `ALL`, and a match arm in `plan::run_controller`.
+/// `ALL`, and a match arm in `plan::plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Controller {
     EndpointSlice,

@@ -37,28 +37,35 @@ fn strip(value: &mut Value, keys: &[&str]) {
     }
 }
 
+/// Removes from `metadata` what the API server assigns (uid, versions,
+/// timestamps, managedFields) and the trigger-time annotation.
+fn strip_identity(meta: &mut Value) {
+    strip(
+        meta,
+        &[
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "managedFields",
+            "selfLink",
+        ],
+    );
+    if let Some(ann) = meta.get_mut("annotations") {
+        strip(ann, &[ANNOTATION_TRIGGER_TIME]);
+        if ann.as_object().is_some_and(|a| a.is_empty()) {
+            strip(meta, &["annotations"]);
+        }
+    }
+}
+
 /// One slice without its identity; endpoints sorted.
 pub fn normalize_slice(slice: &EndpointSlice) -> Value {
     let mut v = serde_json::to_value(slice).unwrap_or(Value::Null);
     if let Some(meta) = v.get_mut("metadata") {
-        strip(
-            meta,
-            &[
-                "name",
-                "uid",
-                "resourceVersion",
-                "generation",
-                "creationTimestamp",
-                "managedFields",
-                "selfLink",
-            ],
-        );
-        if let Some(ann) = meta.get_mut("annotations") {
-            strip(ann, &[ANNOTATION_TRIGGER_TIME]);
-            if ann.as_object().is_some_and(|a| a.is_empty()) {
-                strip(meta, &["annotations"]);
-            }
-        }
+        strip_identity(meta);
+        // Slice names are generated, so they differ between the two clusters.
+        strip(meta, &["name"]);
         if let Some(owners) = meta
             .get_mut("ownerReferences")
             .and_then(Value::as_array_mut)
@@ -89,23 +96,7 @@ pub fn normalize_endpoints(endpoints: Option<&Endpoints>) -> Value {
     };
     let mut v = serde_json::to_value(endpoints).unwrap_or(Value::Null);
     if let Some(meta) = v.get_mut("metadata") {
-        strip(
-            meta,
-            &[
-                "uid",
-                "resourceVersion",
-                "generation",
-                "creationTimestamp",
-                "managedFields",
-                "selfLink",
-            ],
-        );
-        if let Some(ann) = meta.get_mut("annotations") {
-            strip(ann, &[ANNOTATION_TRIGGER_TIME]);
-            if ann.as_object().is_some_and(|a| a.is_empty()) {
-                strip(meta, &["annotations"]);
-            }
-        }
+        strip_identity(meta);
     }
     if let Some(subsets) = v.get_mut("subsets").and_then(Value::as_array_mut) {
         for subset in subsets.iter_mut() {

@@ -29,6 +29,38 @@ fn put(map: &mut Option<BTreeMap<String, String>>, k: &str, v: &str) {
         .insert(k.into(), v.into());
 }
 
+/// The metadata setters every builder shares (`namespace`, `uid`, `label`,
+/// `annotation`), for a builder wrapping its object in field `0`.
+macro_rules! metadata_setters {
+    ($builder:ty) => {
+        impl $builder {
+            pub fn namespace(mut self, ns: &str) -> Self {
+                self.0.metadata.namespace = Some(ns.into());
+                self
+            }
+
+            pub fn uid(mut self, uid: &str) -> Self {
+                self.0.metadata.uid = Some(uid.into());
+                self
+            }
+
+            pub fn label(mut self, k: &str, v: &str) -> Self {
+                put(&mut self.0.metadata.labels, k, v);
+                self
+            }
+
+            pub fn annotation(mut self, k: &str, v: &str) -> Self {
+                put(&mut self.0.metadata.annotations, k, v);
+                self
+            }
+        }
+    };
+}
+
+metadata_setters!(SvcBuilder);
+metadata_setters!(PodBuilder);
+metadata_setters!(EndpointsBuilder);
+
 /// Builder for a Service (ClusterIP, IPv4, selector `app: <name>`).
 #[derive(Debug, Clone)]
 pub struct SvcBuilder(pub Service);
@@ -56,26 +88,6 @@ pub fn svc(name: &str) -> SvcBuilder {
 impl SvcBuilder {
     fn spec(&mut self) -> &mut ServiceSpec {
         self.0.spec.get_or_insert_with(ServiceSpec::default)
-    }
-
-    pub fn namespace(mut self, ns: &str) -> Self {
-        self.0.metadata.namespace = Some(ns.into());
-        self
-    }
-
-    pub fn uid(mut self, uid: &str) -> Self {
-        self.0.metadata.uid = Some(uid.into());
-        self
-    }
-
-    pub fn label(mut self, k: &str, v: &str) -> Self {
-        put(&mut self.0.metadata.labels, k, v);
-        self
-    }
-
-    pub fn annotation(mut self, k: &str, v: &str) -> Self {
-        put(&mut self.0.metadata.annotations, k, v);
-        self
     }
 
     fn push_port(mut self, name: &str, port: i32, target: IntOrString) -> Self {
@@ -197,11 +209,6 @@ impl PodBuilder {
         self.0.spec.get_or_insert_with(PodSpec::default)
     }
 
-    pub fn namespace(mut self, ns: &str) -> Self {
-        self.0.metadata.namespace = Some(ns.into());
-        self
-    }
-
     /// Sets `podIP` and `podIPs` (first address is `podIP`).
     pub fn ips(mut self, ips: &[&str]) -> Self {
         let status = self.status();
@@ -250,11 +257,6 @@ impl PodBuilder {
 
     pub fn node(mut self, node: &str) -> Self {
         self.spec().node_name = Some(node.into());
-        self
-    }
-
-    pub fn label(mut self, k: &str, v: &str) -> Self {
-        put(&mut self.0.metadata.labels, k, v);
         self
     }
 
@@ -420,26 +422,6 @@ pub fn endpoint_address(ip: &str) -> k8s_openapi::api::core::v1::EndpointAddress
 }
 
 impl EndpointsBuilder {
-    pub fn namespace(mut self, ns: &str) -> Self {
-        self.0.metadata.namespace = Some(ns.into());
-        self
-    }
-
-    pub fn uid(mut self, uid: &str) -> Self {
-        self.0.metadata.uid = Some(uid.into());
-        self
-    }
-
-    pub fn label(mut self, k: &str, v: &str) -> Self {
-        put(&mut self.0.metadata.labels, k, v);
-        self
-    }
-
-    pub fn annotation(mut self, k: &str, v: &str) -> Self {
-        put(&mut self.0.metadata.annotations, k, v);
-        self
-    }
-
     pub fn deleting(mut self) -> Self {
         self.0.metadata.deletion_timestamp = Some(Time(epoch()));
         self
@@ -493,4 +475,18 @@ pub fn ipv4_nth(i: usize) -> String {
 /// Distinct IPv6 addresses `fd00::<hex>`.
 pub fn ipv6_nth(i: usize) -> String {
     format!("fd00::{:x}", i + 1)
+}
+
+/// Three ready Pods of which only `a` is selected by a Service `web` in
+/// `default`: `b` has another app label, `c` lives in another namespace.
+pub fn selection_pods() -> Vec<Arc<Pod>> {
+    vec![
+        pod("a", "web").ip("10.0.0.1").ready().arc(),
+        pod("b", "other").ip("10.0.0.2").ready().arc(),
+        pod("c", "web")
+            .namespace("elsewhere")
+            .ip("10.0.0.3")
+            .ready()
+            .arc(),
+    ]
 }

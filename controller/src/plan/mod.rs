@@ -123,31 +123,39 @@ pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
     let mut controllers = options.controllers.clone();
     controllers.sort_unstable();
     controllers.dedup();
+    // The allocator plans against the Services as read, once; the other
+    // controllers then see the Services with its updates applied.
+    let mut allocation = controllers
+        .contains(&Controller::Allocator)
+        .then(|| allocations(snapshot, options));
     let allocated;
     let mut view = snapshot;
-    if controllers.contains(&Controller::Allocator) {
+    if let Some(plan) = &allocation {
         let mut with_allocations = snapshot.clone();
-        for update in allocations(snapshot, options).updates {
+        for update in &plan.updates {
             let key = snapshot::Key {
-                namespace: update.namespace,
-                name: update.name,
+                namespace: update.namespace.clone(),
+                name: update.name.clone(),
             };
             with_allocations
                 .services
-                .insert(key, Arc::new(update.service));
+                .insert(key, Arc::new(update.service.clone()));
         }
         allocated = with_allocations;
         view = &allocated;
     }
     let mut doc = PlanDocument::default();
     for controller in controllers {
-        // The allocator plans against the Services as read.
-        let input = if controller == Controller::Allocator {
-            snapshot
-        } else {
-            view
-        };
-        run_controller(controller, input, options, &mut doc);
+        match controller {
+            Controller::EndpointSlice => plan_endpoint_slices(view, options, &mut doc),
+            Controller::Endpoints => plan_endpoints(view, &mut doc),
+            Controller::EndpointSliceMirroring => plan_mirroring(view, &mut doc),
+            Controller::Allocator => {
+                if let Some(plan) = allocation.take() {
+                    emit_allocations(plan, &mut doc);
+                }
+            }
+        }
     }
     doc
 }
@@ -159,20 +167,6 @@ fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator
         .map(|s| Service::clone(s))
         .collect();
     svcplane_allocator::plan_allocations(&services, &options.allocator, ALLOCATOR_SEED)
-}
-
-fn run_controller(
-    controller: Controller,
-    snapshot: &Snapshot,
-    options: &PlanOptions,
-    doc: &mut PlanDocument,
-) {
-    match controller {
-        Controller::EndpointSlice => plan_endpoint_slices(snapshot, options, doc),
-        Controller::Endpoints => plan_endpoints(snapshot, doc),
-        Controller::EndpointSliceMirroring => plan_mirroring(snapshot, doc),
-        Controller::Allocator => plan_allocations(snapshot, options, doc),
-    }
 }
 
 fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
@@ -248,9 +242,8 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
 /// The allocations the admission webhook would make: an `update` of every
 /// Service still lacking ClusterIP(s) or nodePort(s), and the repair loop's
 /// findings (leaks, duplicates, out-of-range values) as events.
-fn plan_allocations(snapshot: &Snapshot, options: &PlanOptions, doc: &mut PlanDocument) {
+fn emit_allocations(plan: svcplane_allocator::AllocationPlan, doc: &mut PlanDocument) {
     let controller = Controller::Allocator.name();
-    let plan = allocations(snapshot, options);
     for update in plan.updates {
         doc.actions.push(Action {
             controller,

@@ -153,15 +153,7 @@ fn rule_4_1_external_name_and_selectorless_services_are_left_alone() {
 
 #[test]
 fn rule_4_1_only_selected_pods_in_the_namespace_count() {
-    let pods = vec![
-        pod("a", "web").ip("10.0.0.1").ready().arc(),
-        pod("b", "other").ip("10.0.0.2").ready().arc(),
-        pod("c", "web")
-            .namespace("elsewhere")
-            .ip("10.0.0.3")
-            .ready()
-            .arc(),
-    ];
+    let pods = crate::core::fixtures::selection_pods();
     let e = written(&run(&web(), &pods, None));
     assert_eq!(ips(&subsets(&e)[0].addresses), vec!["10.0.0.1"]);
     assert_eq!(subsets(&e).len(), 1);

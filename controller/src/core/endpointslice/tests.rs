@@ -130,15 +130,7 @@ fn rule_2_2_service_without_selector_is_left_alone() {
 #[test]
 fn rule_2_2_only_selected_pods_of_the_service_namespace_count() {
     let s = svc("web").port("http", 80, 8080).build();
-    let pods = vec![
-        pod("a", "web").ip("10.0.0.1").ready().arc(),
-        pod("b", "other").ip("10.0.0.2").ready().arc(),
-        pod("c", "web")
-            .namespace("elsewhere")
-            .ip("10.0.0.3")
-            .ready()
-            .arc(),
-    ];
+    let pods = crate::core::fixtures::selection_pods();
     let slice = only_slice(&plan(&s, &pods, &[]));
     assert_eq!(slice.endpoints.len(), 1);
     assert_eq!(slice.endpoints[0].addresses, vec!["10.0.0.1"]);
