@@ -11,5 +11,6 @@
 
 pub mod applier;
 pub mod envtest;
+pub mod fake_api;
 pub mod normalize;
 pub mod objects;
