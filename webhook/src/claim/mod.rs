@@ -1,1 +1,153 @@
-//! (in progress)
+//! `AllocationClaim`: the lock that makes handing out a ClusterIP or NodePort atomic
+//! across webhook replicas.
+//!
+//! Before a replica answers a mutation with a value it creates a cluster-scoped
+//! `AllocationClaim` whose *name is derived from the value alone* ([`claim_name`]). The
+//! API server's create-if-absent gives exactly one winner per name, so two replicas —
+//! each with its own, possibly lagging, view of the cluster — can never both hand out the
+//! same value. Why not the alternatives (allocation-spec §13.3): an `IPAddress` object
+//! cannot be the lock while kube-apiserver allocates too, because it would then treat
+//! our own Service's address as taken; Lease objects named after values would need a
+//! namespace, broad Lease RBAC beside the leader-election Lease, and would show up in
+//! every tool that watches Leases. A dedicated kind keeps the permissions narrow and
+//! makes claims easy to list and explain (`kubectl get allocationclaims`).
+//!
+//! A claim lives as long as some Service holds its value; the repair loop deletes the
+//! ones whose Service never appeared (a denied, timed-out or failed create) once they are
+//! older than a grace period ([`repair`]).
+
+pub mod repair;
+
+use std::net::IpAddr;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use svcplane_allocator::Claim;
+
+use crate::state::{HolderKey, ServiceRef};
+
+/// API group of svcplane's own resources.
+pub const GROUP: &str = "svcplane.io";
+
+/// The specification of an [`AllocationClaim`]: one value and the request that took it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "svcplane.io",
+    version = "v1alpha1",
+    kind = "AllocationClaim",
+    plural = "allocationclaims",
+    shortname = "svcclaim",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.kind"}"#,
+    printcolumn = r#"{"name":"Value","type":"string","jsonPath":".spec.value"}"#,
+    printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.service.namespace"}"#,
+    printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.service.name"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocationClaimSpec {
+    /// What is claimed.
+    pub kind: ClaimKind,
+    /// The value: an IP address in canonical form, or a port number.
+    pub value: String,
+    /// The Service the value was handed to.
+    pub service: ClaimedFor,
+    /// The AdmissionReview request that handed it out.
+    #[serde(default)]
+    pub request_uid: String,
+}
+
+/// Kind of value a claim holds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClaimKind {
+    /// A ClusterIP (`spec.clusterIPs[i]`).
+    ClusterIP,
+    /// A NodePort or healthCheckNodePort.
+    NodePort,
+}
+
+/// The Service a claim was taken for.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedFor {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name; empty when the Service was created with `generateName`.
+    #[serde(default)]
+    pub name: String,
+    /// `metadata.generateName` of the create, if any.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub generate_name: String,
+}
+
+/// The object name of the claim for `value`: a function of the value alone, so that
+/// create-if-absent is the lock. IPv4 keeps its dotted form (`ip-10.96.0.10`); IPv6 is
+/// written fully expanded with `-` between groups (`ip-fd00-0000-…-000a`), because
+/// colons are not allowed in names and a compressed form could end in `-`; ports are
+/// `nodeport-30080`.
+pub fn claim_name(value: Claim) -> String {
+    match value {
+        Claim::Ip(IpAddr::V4(a)) => format!("ip-{a}"),
+        Claim::Ip(IpAddr::V6(a)) => {
+            let groups: Vec<String> = a.segments().iter().map(|g| format!("{g:04x}")).collect();
+            format!("ip-{}", groups.join("-"))
+        }
+        Claim::NodePort(p) => format!("nodeport-{p}"),
+    }
+}
+
+impl AllocationClaimSpec {
+    /// The spec of a claim of `value` for the Service under review.
+    pub fn new(value: Claim, owner: &ServiceRef) -> Self {
+        let (kind, text) = match value {
+            Claim::Ip(ip) => (ClaimKind::ClusterIP, ip.to_string()),
+            Claim::NodePort(p) => (ClaimKind::NodePort, p.to_string()),
+        };
+        Self {
+            kind,
+            value: text,
+            service: ClaimedFor {
+                namespace: owner.namespace.clone(),
+                name: owner.name.clone(),
+                generate_name: owner.generate_name.clone(),
+            },
+            request_uid: owner.request_uid.clone(),
+        }
+    }
+
+    /// The claimed value, or `None` if the spec does not parse (a hand-edited object).
+    pub fn claimed(&self) -> Option<Claim> {
+        match self.kind {
+            ClaimKind::ClusterIP => self.value.parse::<IpAddr>().ok().map(Claim::Ip),
+            ClaimKind::NodePort => self.value.parse::<i32>().ok().map(Claim::NodePort),
+        }
+    }
+
+    /// The Service the claim stands for, as a state owner.
+    pub fn owner(&self) -> ServiceRef {
+        ServiceRef::of_request(
+            &self.service.namespace,
+            &self.service.name,
+            &self.service.generate_name,
+            &self.request_uid,
+        )
+    }
+}
+
+impl AllocationClaim {
+    /// A claim object for `value`, named by [`claim_name`].
+    pub fn for_value(value: Claim, owner: &ServiceRef) -> Self {
+        AllocationClaim::new(&claim_name(value), AllocationClaimSpec::new(value, owner))
+    }
+
+    /// The state holder this object is, with its owner and value (`None` when the spec
+    /// does not parse or the name is not the value's: such an object is no lock).
+    pub fn holding(&self) -> Option<(HolderKey, ServiceRef, Claim)> {
+        let name = self.metadata.name.clone()?;
+        let value = self.spec.claimed()?;
+        (claim_name(value) == name).then(|| (HolderKey::Claim { name }, self.spec.owner(), value))
+    }
+}
+
+#[cfg(test)]
+mod tests;

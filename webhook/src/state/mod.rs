@@ -1,0 +1,294 @@
+//! Who holds which ClusterIP and NodePort, as the webhook currently knows it.
+//!
+//! The allocator's bitmaps answer "is this value taken?" but not "by whom?", and the
+//! webhook needs both: a value may be held at once by a Service, by svcplane's own claim
+//! for it, by kube-apiserver's IPAddress object and by an in-flight admission request,
+//! and re-evaluating a Service must not trip over the values that Service itself holds.
+//! [`AllocationState`] therefore keeps, per value, the list of [`Holding`]s, and keeps a
+//! value marked in the allocators exactly while at least one holder has it. Everything
+//! here is pure: the watches in [`crate::shell`] feed it, the review in
+//! [`crate::review`] queries and reserves through it.
+
+use std::collections::HashMap;
+
+use svcplane_allocator::range::IpFamily;
+use svcplane_allocator::{Allocators, Claim, Transaction};
+
+/// The Service a holder stands for, as far as the webhook can tell.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ServiceRef {
+    /// Namespace of the Service.
+    pub namespace: String,
+    /// Name; empty for a create with `generateName` (the API server names it later).
+    pub name: String,
+    /// `metadata.generateName` of the create, if any.
+    pub generate_name: String,
+    /// The admission request that reserved or claimed the value (empty when unknown).
+    pub request_uid: String,
+}
+
+impl ServiceRef {
+    /// The identity of the Service under review in one admission request.
+    pub fn of_request(namespace: &str, name: &str, generate_name: &str, request_uid: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            generate_name: generate_name.to_string(),
+            request_uid: request_uid.to_string(),
+        }
+    }
+
+    /// A stored Service, known by namespace and name.
+    pub fn named(namespace: &str, name: &str) -> Self {
+        Self::of_request(namespace, name, "", "")
+    }
+
+    /// Does a holder owned by `self` belong to the Service `candidate`?
+    ///
+    /// Same namespace, and: both named and the names are equal; or the same admission
+    /// request; or `self` is a name-less (generateName) reservation and the candidate's
+    /// generated name starts with its prefix — the validating call of the same create
+    /// sees the generated name. Two name-less creates never match each other, so
+    /// concurrent `generateName` creates cannot share a value.
+    pub fn matches(&self, candidate: &ServiceRef) -> bool {
+        if self.namespace != candidate.namespace {
+            return false;
+        }
+        if !self.name.is_empty() && !candidate.name.is_empty() {
+            return self.name == candidate.name;
+        }
+        if !self.request_uid.is_empty() && self.request_uid == candidate.request_uid {
+            return true;
+        }
+        self.name.is_empty()
+            && !self.generate_name.is_empty()
+            && !candidate.name.is_empty()
+            && candidate.name.starts_with(&self.generate_name)
+    }
+}
+
+/// Identity of one holder of values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HolderKey {
+    /// A stored Service.
+    Service {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A svcplane `AllocationClaim` object.
+    Claim {
+        /// Object name.
+        name: String,
+    },
+    /// A kube-apiserver `IPAddress` object.
+    IpAddress {
+        /// Object name (the address).
+        name: String,
+    },
+    /// Values reserved by an admission request whose claim is not confirmed yet.
+    Pending {
+        /// The AdmissionReview request uid.
+        request_uid: String,
+    },
+}
+
+/// One holder of a value and the Service it stands for (`None`: foreign or unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// Who holds the value.
+    pub key: HolderKey,
+    /// The Service the holder belongs to.
+    pub owner: Option<ServiceRef>,
+}
+
+/// Allocators plus the holders of every value they have marked.
+#[derive(Debug, Clone)]
+pub struct AllocationState {
+    allocators: Allocators,
+    by_value: HashMap<Claim, Vec<Holding>>,
+    by_holder: HashMap<HolderKey, Vec<Claim>>,
+}
+
+impl AllocationState {
+    /// An empty state over fresh allocators.
+    pub fn new(allocators: Allocators) -> Self {
+        Self {
+            allocators,
+            by_value: HashMap::new(),
+            by_holder: HashMap::new(),
+        }
+    }
+
+    /// The allocators (for range and band information).
+    pub fn allocators(&self) -> &Allocators {
+        &self.allocators
+    }
+
+    /// Replace everything `key` holds with `values` (duplicates ignored). An empty list
+    /// removes the holder.
+    pub fn set(&mut self, key: HolderKey, owner: Option<ServiceRef>, values: Vec<Claim>) {
+        self.remove(&key);
+        if values.is_empty() {
+            return;
+        }
+        let mut kept: Vec<Claim> = Vec::with_capacity(values.len());
+        for v in values {
+            if kept.contains(&v) {
+                continue;
+            }
+            let holders = self.by_value.entry(v).or_default();
+            if holders.is_empty() {
+                mark(&mut self.allocators, v);
+            }
+            holders.push(Holding {
+                key: key.clone(),
+                owner: owner.clone(),
+            });
+            kept.push(v);
+        }
+        self.by_holder.insert(key, kept);
+    }
+
+    /// Drop a holder; values nobody else holds become free.
+    pub fn remove(&mut self, key: &HolderKey) {
+        let Some(values) = self.by_holder.remove(key) else {
+            return;
+        };
+        for v in values {
+            let now_free = match self.by_value.get_mut(&v) {
+                Some(holders) => {
+                    holders.retain(|h| &h.key != key);
+                    holders.is_empty()
+                }
+                None => false,
+            };
+            if now_free {
+                self.by_value.remove(&v);
+                self.allocators.release_claim(v);
+            }
+        }
+    }
+
+    /// Keep only the holders for which `keep` is true (used when a watch re-lists).
+    pub fn retain(&mut self, keep: impl Fn(&HolderKey) -> bool) {
+        let gone: Vec<HolderKey> = self
+            .by_holder
+            .keys()
+            .filter(|k| !keep(k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.remove(&k);
+        }
+    }
+
+    /// What `key` holds (empty when unknown).
+    pub fn values_of(&self, key: &HolderKey) -> &[Claim] {
+        self.by_holder.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every holder key currently known.
+    pub fn holder_keys(&self) -> impl Iterator<Item = &HolderKey> {
+        self.by_holder.keys()
+    }
+
+    /// The holders of `value` (empty when free).
+    pub fn holders(&self, value: Claim) -> &[Holding] {
+        self.by_value.get(&value).map_or(&[], Vec::as_slice)
+    }
+
+    /// First holder of `value` that does not belong to `svc` (a holder without an owner
+    /// always counts as another).
+    pub fn held_by_other(&self, value: Claim, svc: &ServiceRef) -> Option<&Holding> {
+        self.holders(value)
+            .iter()
+            .find(|h| !h.owner.as_ref().is_some_and(|o| o.matches(svc)))
+    }
+
+    /// Run `f` with the values held only by `svc` temporarily free, then undo whatever
+    /// `f` allocated and re-mark `svc`'s values: a what-if that leaves no trace.
+    pub fn evaluate<E>(
+        &mut self,
+        svc: &ServiceRef,
+        f: impl FnOnce(&mut Allocators) -> Result<Transaction, E>,
+    ) -> Result<Transaction, E> {
+        let own = self.free_own_values(svc);
+        let res = f(&mut self.allocators);
+        if let Ok(txn) = &res {
+            self.allocators.revert(txn.clone());
+        }
+        self.remark(&own);
+        res
+    }
+
+    /// Like [`Self::evaluate`], but what `f` allocated stays allocated and is recorded
+    /// under `HolderKey::Pending { request_uid: svc.request_uid }`, replacing what that
+    /// request reserved before (a retry after a lost claim race).
+    pub fn reserve<E>(
+        &mut self,
+        svc: &ServiceRef,
+        f: impl FnOnce(&mut Allocators) -> Result<Transaction, E>,
+    ) -> Result<Transaction, E> {
+        let own = self.free_own_values(svc);
+        let res = f(&mut self.allocators);
+        self.remark(&own);
+        if let Ok(txn) = &res {
+            let key = HolderKey::Pending {
+                request_uid: svc.request_uid.clone(),
+            };
+            // `set` first drops the request's earlier reservation, which may free a value
+            // this transaction just took again; mark the new values before recording them
+            // so they are never left unmarked.
+            let allocated = txn.allocated().to_vec();
+            self.set(key, Some(svc.clone()), allocated.clone());
+            for v in allocated {
+                mark(&mut self.allocators, v);
+            }
+        }
+        res
+    }
+
+    /// Unmark values whose every holder belongs to `svc`; returns them.
+    fn free_own_values(&mut self, svc: &ServiceRef) -> Vec<Claim> {
+        let own: Vec<Claim> = self
+            .by_value
+            .iter()
+            .filter(|(_, hs)| {
+                hs.iter()
+                    .all(|h| h.owner.as_ref().is_some_and(|o| o.matches(svc)))
+            })
+            .map(|(v, _)| *v)
+            .collect();
+        for v in &own {
+            self.allocators.release_claim(*v);
+        }
+        own
+    }
+
+    fn remark(&mut self, values: &[Claim]) {
+        for v in values {
+            mark(&mut self.allocators, *v);
+        }
+    }
+}
+
+/// Mark `value` taken. Values outside every configured range cannot be marked and are
+/// only tracked in the holder map (a static allocation of them fails on the range
+/// check anyway); a value already marked stays marked.
+fn mark(allocators: &mut Allocators, value: Claim) {
+    match value {
+        Claim::Ip(ip) => {
+            if let Some(f) = allocators.family_mut(IpFamily::of(&ip)) {
+                let _ = f.restore(ip);
+            }
+        }
+        Claim::NodePort(p) => {
+            let _ = allocators.node_ports_mut().allocate(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+use std::net::IpAddr;
+
+use svcplane_allocator::{AllocatorConfig, Allocators, Claim, ServiceError, Transaction};
+
+use super::*;
+
+fn allocators() -> Allocators {
+    AllocatorConfig::from_flags("10.0.0.0/24", "30000-30009")
+        .unwrap()
+        .allocators(7)
+        .unwrap()
+}
+
+fn ip(s: &str) -> Claim {
+    Claim::Ip(s.parse::<IpAddr>().unwrap())
+}
+
+fn svc_key(name: &str) -> HolderKey {
+    HolderKey::Service {
+        namespace: "ns".into(),
+        name: name.into(),
+    }
+}
+
+/// A Service asking for ClusterIP `s` by hand, run through the real create path.
+fn static_ip(a: &mut Allocators, s: &str) -> Result<Transaction, ServiceError> {
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    let mut svc = Service::default();
+    svc.metadata.name = Some("probe".into());
+    svc.spec = Some(ServiceSpec {
+        cluster_ip: Some(s.into()),
+        cluster_ips: Some(vec![s.into()]),
+        ports: Some(vec![ServicePort {
+            port: 80,
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    a.allocate_create(&mut svc, false)
+}
+
+#[test]
+fn a_value_stays_marked_while_any_holder_has_it() {
+    let mut s = AllocationState::new(allocators());
+    let v = ip("10.0.0.5");
+    s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
+    s.set(
+        HolderKey::Claim { name: "c".into() },
+        Some(ServiceRef::named("ns", "a")),
+        vec![v],
+    );
+    assert!(s.allocators().has(v));
+    s.remove(&svc_key("a"));
+    assert!(s.allocators().has(v), "the claim still holds it");
+    s.remove(&HolderKey::Claim { name: "c".into() });
+    assert!(!s.allocators().has(v));
+    assert!(s.holders(v).is_empty());
+}
+
+#[test]
+fn set_replaces_what_a_holder_held() {
+    let mut s = AllocationState::new(allocators());
+    s.set(svc_key("a"), None, vec![ip("10.0.0.5"), Claim::NodePort(30001)]);
+    s.set(svc_key("a"), None, vec![ip("10.0.0.6")]);
+    assert!(!s.allocators().has(ip("10.0.0.5")));
+    assert!(!s.allocators().has(Claim::NodePort(30001)));
+    assert!(s.allocators().has(ip("10.0.0.6")));
+    s.set(svc_key("a"), None, vec![]);
+    assert!(!s.allocators().has(ip("10.0.0.6")));
+    assert_eq!(s.holder_keys().count(), 0);
+}
+
+#[test]
+fn out_of_range_values_are_tracked_but_not_marked() {
+    let mut s = AllocationState::new(allocators());
+    let v = ip("192.168.0.1");
+    s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
+    assert_eq!(s.holders(v).len(), 1);
+    assert!(!s.allocators().has(v));
+    assert!(
+        s.held_by_other(v, &ServiceRef::named("ns", "b"))
+            .is_some()
+    );
+    s.remove(&svc_key("a"));
+    assert!(s.holders(v).is_empty());
+}
+
+#[test]
+fn held_by_other_ignores_the_services_own_holders() {
+    let mut s = AllocationState::new(allocators());
+    let v = ip("10.0.0.5");
+    s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
+    assert!(s.held_by_other(v, &ServiceRef::named("ns", "a")).is_none());
+    assert!(s.held_by_other(v, &ServiceRef::named("ns", "b")).is_some());
+    assert!(s.held_by_other(v, &ServiceRef::named("other", "a")).is_some());
+    // A holder with no known owner is always someone else's.
+    s.set(HolderKey::IpAddress { name: "10.0.0.5".into() }, None, vec![v]);
+    assert!(s.held_by_other(v, &ServiceRef::named("ns", "a")).is_some());
+}
+
+#[test]
+fn generate_name_reservations_match_their_request_and_generated_names_only() {
+    let owner = ServiceRef::of_request("ns", "", "web-", "uid-1");
+    assert!(owner.matches(&ServiceRef::of_request("ns", "", "web-", "uid-1")));
+    assert!(!owner.matches(&ServiceRef::of_request("ns", "", "web-", "uid-2")));
+    assert!(owner.matches(&ServiceRef::named("ns", "web-x7k2p")));
+    assert!(!owner.matches(&ServiceRef::named("ns", "api-x7k2p")));
+    assert!(!owner.matches(&ServiceRef::named("other", "web-x7k2p")));
+    let named = ServiceRef::of_request("ns", "web", "", "uid-3");
+    assert!(named.matches(&ServiceRef::named("ns", "web")));
+    assert!(!named.matches(&ServiceRef::named("ns", "webx")));
+}
+
+#[test]
+fn evaluate_frees_own_values_and_leaves_no_trace() {
+    let mut s = AllocationState::new(allocators());
+    let v = ip("10.0.0.5");
+    s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
+    let before = format!("{:?}", s.allocators());
+    // Re-evaluating Service a with its own address succeeds...
+    let r = s.evaluate(&ServiceRef::named("ns", "a"), |a| static_ip(a, "10.0.0.5"));
+    assert!(r.is_ok());
+    // ...another Service asking for it is refused...
+    let r = s.evaluate(&ServiceRef::named("ns", "b"), |a| static_ip(a, "10.0.0.5"));
+    assert!(r.is_err());
+    // ...and a successful what-if of a free address does not keep it.
+    let r = s.evaluate(&ServiceRef::named("ns", "b"), |a| static_ip(a, "10.0.0.9"));
+    assert!(r.is_ok());
+    assert_eq!(format!("{:?}", s.allocators()), before);
+    assert!(s.allocators().has(v));
+}
+
+#[test]
+fn reserve_records_a_pending_holder_until_removed() {
+    let mut s = AllocationState::new(allocators());
+    let req = ServiceRef::of_request("ns", "web", "", "uid-1");
+    let txn = s
+        .reserve(&req, |a| static_ip(a, "10.0.0.7"))
+        .unwrap();
+    assert_eq!(txn.allocated(), &[ip("10.0.0.7")]);
+    let pending = HolderKey::Pending {
+        request_uid: "uid-1".into(),
+    };
+    assert_eq!(s.values_of(&pending), &[ip("10.0.0.7")]);
+    assert!(s.allocators().has(ip("10.0.0.7")));
+    // Another request cannot take it while it is pending.
+    let other = ServiceRef::of_request("ns", "api", "", "uid-2");
+    assert!(s.reserve(&other, |a| static_ip(a, "10.0.0.7")).is_err());
+    s.remove(&pending);
+    assert!(!s.allocators().has(ip("10.0.0.7")));
+}
+
+#[test]
+fn a_retried_reservation_replaces_the_earlier_one() {
+    let mut s = AllocationState::new(allocators());
+    let req = ServiceRef::of_request("ns", "web", "", "uid-1");
+    s.reserve(&req, |a| static_ip(a, "10.0.0.7")).unwrap();
+    s.reserve(&req, |a| static_ip(a, "10.0.0.8")).unwrap();
+    assert!(!s.allocators().has(ip("10.0.0.7")));
+    assert!(s.allocators().has(ip("10.0.0.8")));
+    // Re-reserving the same value is idempotent.
+    s.reserve(&req, |a| static_ip(a, "10.0.0.8")).unwrap();
+    assert!(s.allocators().has(ip("10.0.0.8")));
+    assert_eq!(
+        s.values_of(&HolderKey::Pending {
+            request_uid: "uid-1".into()
+        }),
+        &[ip("10.0.0.8")]
+    );
+}
+
+#[test]
+fn retain_drops_holders_a_relist_no_longer_shows() {
+    let mut s = AllocationState::new(allocators());
+    s.set(svc_key("a"), None, vec![ip("10.0.0.5")]);
+    s.set(svc_key("b"), None, vec![ip("10.0.0.6")]);
+    s.set(
+        HolderKey::Claim { name: "c".into() },
+        None,
+        vec![ip("10.0.0.7")],
+    );
+    s.retain(|k| !matches!(k, HolderKey::Service { name, .. } if name == "a"));
+    assert!(!s.allocators().has(ip("10.0.0.5")));
+    assert!(s.allocators().has(ip("10.0.0.6")));
+    assert!(s.allocators().has(ip("10.0.0.7")));
+}
