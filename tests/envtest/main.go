@@ -10,7 +10,9 @@
 // The API server and controller manager run as child processes of this same
 // binary (`envtest kube-apiserver ARGS...`, `envtest kube-controller-manager
 // ARGS...`), so each keeps its own global state (feature gates, metrics,
-// signal handling) and one build produces everything.
+// signal handling) and one build produces everything. `envtest kubectl ARGS...`
+// is upstream kubectl at the same version, for suites that act as an operator
+// would (`kubectl create`, `kubectl apply --dry-run=server`).
 package main
 
 import (
@@ -47,6 +49,7 @@ import (
 	"k8s.io/component-base/cli"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 )
 
 func main() {
@@ -61,6 +64,12 @@ func main() {
 			os.Exit(cli.Run(cmd))
 		case "kube-controller-manager":
 			cmd := kcmapp.NewControllerManagerCommand()
+			cmd.SetArgs(os.Args[2:])
+			os.Exit(cli.Run(cmd))
+		case "kubectl":
+			// The e2e suites drive the API server the way operators do
+			// (`kubectl create`, `kubectl apply --dry-run=server`).
+			cmd := kubectlcmd.NewDefaultKubectlCommand()
 			cmd.SetArgs(os.Args[2:])
 			os.Exit(cli.Run(cmd))
 		}
