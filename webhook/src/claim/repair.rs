@@ -38,11 +38,7 @@ impl ClaimRecord {
             name: claim.metadata.name.clone().unwrap_or_default(),
             uid: claim.metadata.uid.clone().unwrap_or_default(),
             value: claim.holding().map(|(_, _, v)| v),
-            created: claim
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0),
+            created: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -69,17 +65,14 @@ impl ReleaseReason {
 /// Claims to delete now: those whose value no stored Service holds (`held_by_service`)
 /// and that are older than `grace` at `now`. A claim without a creation time counts as
 /// old. Claims still inside the grace period are kept (the next pass looks again).
-pub fn claims_to_release<'a>(
-    claims: &'a [ClaimRecord],
+pub fn claims_to_release(
+    claims: &[ClaimRecord],
     held_by_service: impl Fn(Claim) -> bool,
     now: Timestamp,
     grace: Duration,
-) -> Vec<(&'a ClaimRecord, ReleaseReason)> {
+) -> Vec<(&ClaimRecord, ReleaseReason)> {
     let grace = jiff::SignedDuration::try_from(grace).unwrap_or(jiff::SignedDuration::MAX);
-    let old_enough = |c: &ClaimRecord| {
-        c.created
-            .is_none_or(|t| now.duration_since(t) >= grace)
-    };
+    let old_enough = |c: &ClaimRecord| c.created.is_none_or(|t| now.duration_since(t) >= grace);
     claims
         .iter()
         .filter_map(|c| match c.value {
@@ -159,10 +152,8 @@ mod tests {
 
     #[test]
     fn a_record_reads_value_uid_and_creation_time_from_the_object() {
-        let mut c = AllocationClaim::for_value(
-            ip("10.0.0.4"),
-            &crate::state::ServiceRef::named("a", "b"),
-        );
+        let mut c =
+            AllocationClaim::for_value(ip("10.0.0.4"), &crate::state::ServiceRef::named("a", "b"));
         c.metadata.uid = Some("u1".into());
         let r = ClaimRecord::of(&c);
         assert_eq!(r.name, "ip-10.0.0.4");

@@ -43,10 +43,7 @@ fn claim_names_are_valid_object_names_and_unique_per_value() {
     dedup.dedup();
     assert_eq!(dedup.len(), names.len());
     assert_eq!(names[0], "ip-10.96.0.10");
-    assert_eq!(
-        names[1],
-        "ip-fd00-0010-0096-0000-0000-0000-0000-000a"
-    );
+    assert_eq!(names[1], "ip-fd00-0010-0096-0000-0000-0000-0000-000a");
     assert_eq!(names[5], "nodeport-30080");
 }
 

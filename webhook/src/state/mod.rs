@@ -108,7 +108,50 @@ pub struct Holding {
 pub struct AllocationState {
     allocators: Allocators,
     by_value: HashMap<Claim, Vec<Holding>>,
-    by_holder: HashMap<HolderKey, Vec<Claim>>,
+    by_holder: HashMap<HolderKey, (Option<ServiceRef>, Vec<Claim>)>,
+    /// Holders by the owner fields [`ServiceRef::matches`] looks at, so finding a
+    /// Service's own values costs its own holders, not a scan of every value.
+    by_owner: HashMap<OwnerIndex, Vec<HolderKey>>,
+}
+
+/// Where a holder is found from the Service it may belong to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum OwnerIndex {
+    /// A named owner: namespace and name.
+    Named(String, String),
+    /// The admission request that reserved or claimed it.
+    Request(String),
+    /// A name-less (generateName) owner in this namespace.
+    Nameless(String),
+}
+
+impl OwnerIndex {
+    /// Index entries of a holder owned by `o`.
+    fn of_owner(o: &ServiceRef) -> Vec<Self> {
+        let mut out = Vec::with_capacity(2);
+        if o.name.is_empty() {
+            out.push(Self::Nameless(o.namespace.clone()));
+        } else {
+            out.push(Self::Named(o.namespace.clone(), o.name.clone()));
+        }
+        if !o.request_uid.is_empty() {
+            out.push(Self::Request(o.request_uid.clone()));
+        }
+        out
+    }
+
+    /// Index entries under which holders matching `svc` can be found.
+    fn candidates(svc: &ServiceRef) -> Vec<Self> {
+        let mut out = Vec::with_capacity(3);
+        if !svc.name.is_empty() {
+            out.push(Self::Named(svc.namespace.clone(), svc.name.clone()));
+            out.push(Self::Nameless(svc.namespace.clone()));
+        }
+        if !svc.request_uid.is_empty() {
+            out.push(Self::Request(svc.request_uid.clone()));
+        }
+        out
+    }
 }
 
 impl AllocationState {
@@ -118,6 +161,7 @@ impl AllocationState {
             allocators,
             by_value: HashMap::new(),
             by_holder: HashMap::new(),
+            by_owner: HashMap::new(),
         }
     }
 
@@ -148,14 +192,29 @@ impl AllocationState {
             });
             kept.push(v);
         }
-        self.by_holder.insert(key, kept);
+        if let Some(o) = &owner {
+            for idx in OwnerIndex::of_owner(o) {
+                self.by_owner.entry(idx).or_default().push(key.clone());
+            }
+        }
+        self.by_holder.insert(key, (owner, kept));
     }
 
     /// Drop a holder; values nobody else holds become free.
     pub fn remove(&mut self, key: &HolderKey) {
-        let Some(values) = self.by_holder.remove(key) else {
+        let Some((owner, values)) = self.by_holder.remove(key) else {
             return;
         };
+        if let Some(o) = &owner {
+            for idx in OwnerIndex::of_owner(o) {
+                if let Some(keys) = self.by_owner.get_mut(&idx) {
+                    keys.retain(|k| k != key);
+                    if keys.is_empty() {
+                        self.by_owner.remove(&idx);
+                    }
+                }
+            }
+        }
         for v in values {
             let now_free = match self.by_value.get_mut(&v) {
                 Some(holders) => {
@@ -186,7 +245,7 @@ impl AllocationState {
 
     /// What `key` holds (empty when unknown).
     pub fn values_of(&self, key: &HolderKey) -> &[Claim] {
-        self.by_holder.get(key).map_or(&[], Vec::as_slice)
+        self.by_holder.get(key).map_or(&[], |(_, v)| v.as_slice())
     }
 
     /// Every holder key currently known.
@@ -252,15 +311,26 @@ impl AllocationState {
 
     /// Unmark values whose every holder belongs to `svc`; returns them.
     fn free_own_values(&mut self, svc: &ServiceRef) -> Vec<Claim> {
-        let own: Vec<Claim> = self
-            .by_value
-            .iter()
-            .filter(|(_, hs)| {
-                hs.iter()
-                    .all(|h| h.owner.as_ref().is_some_and(|o| o.matches(svc)))
-            })
-            .map(|(v, _)| *v)
-            .collect();
+        let mut own: Vec<Claim> = Vec::new();
+        for idx in OwnerIndex::candidates(svc) {
+            for key in self.by_owner.get(&idx).into_iter().flatten() {
+                let Some((Some(owner), values)) = self.by_holder.get(key) else {
+                    continue;
+                };
+                if !owner.matches(svc) {
+                    continue;
+                }
+                for v in values {
+                    let all_own = self
+                        .holders(*v)
+                        .iter()
+                        .all(|h| h.owner.as_ref().is_some_and(|o| o.matches(svc)));
+                    if all_own && !own.contains(v) {
+                        own.push(*v);
+                    }
+                }
+            }
+        }
         for v in &own {
             self.allocators.release_claim(*v);
         }

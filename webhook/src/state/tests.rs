@@ -60,7 +60,11 @@ fn a_value_stays_marked_while_any_holder_has_it() {
 #[test]
 fn set_replaces_what_a_holder_held() {
     let mut s = AllocationState::new(allocators());
-    s.set(svc_key("a"), None, vec![ip("10.0.0.5"), Claim::NodePort(30001)]);
+    s.set(
+        svc_key("a"),
+        None,
+        vec![ip("10.0.0.5"), Claim::NodePort(30001)],
+    );
     s.set(svc_key("a"), None, vec![ip("10.0.0.6")]);
     assert!(!s.allocators().has(ip("10.0.0.5")));
     assert!(!s.allocators().has(Claim::NodePort(30001)));
@@ -77,10 +81,7 @@ fn out_of_range_values_are_tracked_but_not_marked() {
     s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
     assert_eq!(s.holders(v).len(), 1);
     assert!(!s.allocators().has(v));
-    assert!(
-        s.held_by_other(v, &ServiceRef::named("ns", "b"))
-            .is_some()
-    );
+    assert!(s.held_by_other(v, &ServiceRef::named("ns", "b")).is_some());
     s.remove(&svc_key("a"));
     assert!(s.holders(v).is_empty());
 }
@@ -92,9 +93,18 @@ fn held_by_other_ignores_the_services_own_holders() {
     s.set(svc_key("a"), Some(ServiceRef::named("ns", "a")), vec![v]);
     assert!(s.held_by_other(v, &ServiceRef::named("ns", "a")).is_none());
     assert!(s.held_by_other(v, &ServiceRef::named("ns", "b")).is_some());
-    assert!(s.held_by_other(v, &ServiceRef::named("other", "a")).is_some());
+    assert!(
+        s.held_by_other(v, &ServiceRef::named("other", "a"))
+            .is_some()
+    );
     // A holder with no known owner is always someone else's.
-    s.set(HolderKey::IpAddress { name: "10.0.0.5".into() }, None, vec![v]);
+    s.set(
+        HolderKey::IpAddress {
+            name: "10.0.0.5".into(),
+        },
+        None,
+        vec![v],
+    );
     assert!(s.held_by_other(v, &ServiceRef::named("ns", "a")).is_some());
 }
 
@@ -134,9 +144,7 @@ fn evaluate_frees_own_values_and_leaves_no_trace() {
 fn reserve_records_a_pending_holder_until_removed() {
     let mut s = AllocationState::new(allocators());
     let req = ServiceRef::of_request("ns", "web", "", "uid-1");
-    let txn = s
-        .reserve(&req, |a| static_ip(a, "10.0.0.7"))
-        .unwrap();
+    let txn = s.reserve(&req, |a| static_ip(a, "10.0.0.7")).unwrap();
     assert_eq!(txn.allocated(), &[ip("10.0.0.7")]);
     let pending = HolderKey::Pending {
         request_uid: "uid-1".into(),
@@ -183,4 +191,43 @@ fn retain_drops_holders_a_relist_no_longer_shows() {
     assert!(!s.allocators().has(ip("10.0.0.5")));
     assert!(s.allocators().has(ip("10.0.0.6")));
     assert!(s.allocators().has(ip("10.0.0.7")));
+}
+
+#[test]
+fn own_values_are_found_through_every_kind_of_owner() {
+    let mut s = AllocationState::new(allocators());
+    // Held by the Service, by its generateName reservation, and by a claim of the
+    // same request: all three count as its own when it is re-evaluated.
+    s.set(
+        svc_key("web-x1"),
+        Some(ServiceRef::named("ns", "web-x1")),
+        vec![ip("10.0.0.5")],
+    );
+    s.set(
+        HolderKey::Claim { name: "c".into() },
+        Some(ServiceRef::of_request("ns", "", "web-", "uid-1")),
+        vec![ip("10.0.0.6")],
+    );
+    s.set(
+        HolderKey::Pending {
+            request_uid: "uid-2".into(),
+        },
+        Some(ServiceRef::of_request("ns", "web-x1", "", "uid-2")),
+        vec![ip("10.0.0.7")],
+    );
+    let me = ServiceRef::of_request("ns", "web-x1", "web-", "uid-3");
+    for a in ["10.0.0.5", "10.0.0.6", "10.0.0.7"] {
+        assert!(
+            s.evaluate(&me, |al| static_ip(al, a)).is_ok(),
+            "{a} should count as web-x1's own"
+        );
+    }
+    // Someone else's Service sees all three as taken.
+    let other = ServiceRef::of_request("ns", "api", "", "uid-4");
+    for a in ["10.0.0.5", "10.0.0.6", "10.0.0.7"] {
+        assert!(s.evaluate(&other, |al| static_ip(al, a)).is_err(), "{a}");
+    }
+    // Removing holders keeps the index consistent.
+    s.remove(&HolderKey::Claim { name: "c".into() });
+    assert!(s.evaluate(&other, |al| static_ip(al, "10.0.0.6")).is_ok());
 }

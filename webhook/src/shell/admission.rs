@@ -1,0 +1,206 @@
+//! The admission handler: review, reserve, claim, answer.
+//!
+//! Mutation reserves values in the local state (so concurrent requests in this replica
+//! never pick the same one), then claims each through the API server (so requests in
+//! other replicas never do either). A lost claim race means another replica handed that
+//! value out: the state learns the winner and the review runs again, picking another
+//! value — or, for a value the user chose, answering "already allocated" as upstream
+//! does. Dry-run requests get real free values but claim nothing. Validation only reads
+//! the state: no API call is ever made on the validating path.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::join_all;
+use svcplane_allocator::{Claim, ServiceError};
+use tracing::{info, instrument, warn};
+
+use super::claimer::{ClaimStore, Claimed};
+use super::watch::{Readiness, SharedState, lock};
+use crate::claim::{AllocationClaim, claim_name};
+use crate::handler::{AdmissionHandler, Answer, Endpoint};
+use crate::review::{self, Decoded, MutateDecision, ServiceRequest, ValidateDecision};
+use crate::state::{HolderKey, ServiceRef};
+
+/// How many times a mutation is re-run after losing claim races before giving up with
+/// a 500 (each loss teaches the state one more taken value, so this is only reached
+/// when other replicas hand out values faster than this one learns about them).
+const MAX_ATTEMPTS: usize = 8;
+
+/// svcplane's Service admission webhook.
+#[derive(Debug)]
+pub struct Webhook<C> {
+    state: SharedState,
+    claims: C,
+    readiness: Arc<Readiness>,
+}
+
+impl<C: ClaimStore> Webhook<C> {
+    /// A webhook over `state` (fed by the watches), claiming through `claims`.
+    pub fn new(state: SharedState, claims: C, readiness: Arc<Readiness>) -> Self {
+        Self {
+            state,
+            claims,
+            readiness,
+        }
+    }
+
+    /// The shared allocation state.
+    pub fn state(&self) -> &SharedState {
+        &self.state
+    }
+
+    #[instrument(skip_all, fields(uid = %req.uid, namespace = %req.namespace, name = %req.name, dry_run = req.dry_run))]
+    async fn mutate(&self, req: &ServiceRequest) -> Answer {
+        let me = req.service_ref();
+        let pending = HolderKey::Pending {
+            request_uid: req.uid.clone(),
+        };
+        for _ in 0..MAX_ATTEMPTS {
+            let decision = review::mutate(req, &mut lock(&self.state));
+            let MutateDecision::Allow {
+                patch,
+                reserved,
+                warnings,
+            } = decision
+            else {
+                lock(&self.state).remove(&pending);
+                return answer(review::review_response(
+                    &req.uid,
+                    &decision_of_mutate(decision),
+                ));
+            };
+            if req.dry_run || reserved.is_empty() {
+                lock(&self.state).remove(&pending);
+                return answer(review::review_response(
+                    &req.uid,
+                    &review::Verdict::Allow { patch, warnings },
+                ));
+            }
+            match self.claim_all(&me, &reserved).await {
+                Ok(true) => {
+                    lock(&self.state).remove(&pending);
+                    info!(values = ?reserved, "assigned");
+                    return answer(review::review_response(
+                        &req.uid,
+                        &review::Verdict::Allow { patch, warnings },
+                    ));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    lock(&self.state).remove(&pending);
+                    return answer(review::review_response(&req.uid, &review::Verdict::Deny(e)));
+                }
+            }
+        }
+        lock(&self.state).remove(&pending);
+        let e = ServiceError::Internal(format!(
+            "failed to reserve values for the service: lost {MAX_ATTEMPTS} races with other svcplane replicas"
+        ));
+        answer(review::review_response(&req.uid, &review::Verdict::Deny(e)))
+    }
+
+    /// Claim every value; `Ok(false)` if another holder won at least one (the state then
+    /// knows it). Values won stay claimed for this Service, so a retry reuses them.
+    async fn claim_all(&self, me: &ServiceRef, values: &[Claim]) -> Result<bool, ServiceError> {
+        let results = join_all(
+            values
+                .iter()
+                .map(|v| self.claims.claim(AllocationClaim::for_value(*v, me))),
+        )
+        .await;
+        let mut all_won = true;
+        let mut st = lock(&self.state);
+        for (v, r) in values.iter().zip(results) {
+            let key = HolderKey::Claim {
+                name: claim_name(*v),
+            };
+            match r {
+                Ok(Claimed::Won) => st.set(key, Some(me.clone()), vec![*v]),
+                Ok(Claimed::Taken(existing)) => {
+                    let owner = existing.spec.owner();
+                    if owner.matches(me) {
+                        // Our own claim from an earlier attempt of this request or
+                        // Service: still ours.
+                        st.set(key, Some(owner), vec![*v]);
+                    } else {
+                        warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
+                        st.set(key, Some(owner), vec![*v]);
+                        all_won = false;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "claim failed");
+                    return Err(ServiceError::Internal(format!(
+                        "failed to reserve {}: {e}",
+                        describe(*v)
+                    )));
+                }
+            }
+        }
+        Ok(all_won)
+    }
+
+    #[instrument(skip_all, fields(uid = %req.uid, namespace = %req.namespace, name = %req.name))]
+    fn validate(&self, req: &ServiceRequest) -> Answer {
+        let decision = review::validate(req, &mut lock(&self.state));
+        let verdict = match decision {
+            ValidateDecision::Allow { warnings } => review::Verdict::Allow {
+                patch: json_patch::Patch(Vec::new()),
+                warnings,
+            },
+            ValidateDecision::Deny(e) => review::Verdict::Deny(e),
+        };
+        answer(review::review_response(&req.uid, &verdict))
+    }
+}
+
+fn decision_of_mutate(d: MutateDecision) -> review::Verdict {
+    match d {
+        MutateDecision::Allow {
+            patch, warnings, ..
+        } => review::Verdict::Allow { patch, warnings },
+        MutateDecision::Deny(e) => review::Verdict::Deny(e),
+    }
+}
+
+fn describe(v: Claim) -> String {
+    match v {
+        Claim::Ip(ip) => format!("ClusterIP {ip}"),
+        Claim::NodePort(p) => format!("NodePort {p}"),
+    }
+}
+
+fn answer(body: Vec<u8>) -> Answer {
+    Answer { status: 200, body }
+}
+
+impl<C: ClaimStore> AdmissionHandler for Webhook<C> {
+    async fn handle(&self, endpoint: Endpoint, body: Bytes) -> Answer {
+        let req = match review::decode(&body) {
+            Ok(Decoded::Service(req)) => req,
+            Ok(Decoded::Passthrough { uid, reason }) => {
+                info!(%uid, endpoint = endpoint.label(), %reason, "not a Service review; allowed unchanged");
+                return answer(review::review_response(
+                    &uid,
+                    &review::Verdict::Allow {
+                        patch: json_patch::Patch(Vec::new()),
+                        warnings: Vec::new(),
+                    },
+                ));
+            }
+            Err(bad) => {
+                warn!(endpoint = endpoint.label(), status = bad.status, error = %bad.message, "bad AdmissionReview");
+                return Answer::error(bad.status, &bad.message);
+            }
+        };
+        match endpoint {
+            Endpoint::Mutate => self.mutate(&req).await,
+            Endpoint::Validate => self.validate(&req),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.readiness.all()
+    }
+}

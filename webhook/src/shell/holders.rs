@@ -1,0 +1,227 @@
+//! Stored objects as holders of allocation state (pure).
+//!
+//! Each watched kind says which [`HolderKey`] an object is, which Service it stands for
+//! and which values it holds; the watch loop only moves these into the state.
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::IPAddress;
+use svcplane_allocator::range::parse_ip_sloppy;
+use svcplane_allocator::service::claims_of;
+use svcplane_allocator::{Claim, SvcView};
+
+use crate::claim::AllocationClaim;
+use crate::state::{HolderKey, ServiceRef};
+
+/// Which watched source a holder comes from (so a re-list replaces only its own kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// Services.
+    Services,
+    /// svcplane AllocationClaims.
+    Claims,
+    /// kube-apiserver IPAddress objects.
+    IpAddresses,
+}
+
+impl SourceKind {
+    /// Does `key` come from this source?
+    pub fn owns(self, key: &HolderKey) -> bool {
+        matches!(
+            (self, key),
+            (Self::Services, HolderKey::Service { .. })
+                | (Self::Claims, HolderKey::Claim { .. })
+                | (Self::IpAddresses, HolderKey::IpAddress { .. })
+        )
+    }
+
+    /// Stable label for logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Services => "services",
+            Self::Claims => "allocationclaims",
+            Self::IpAddresses => "ipaddresses",
+        }
+    }
+}
+
+/// What one stored object contributes to the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectHolding {
+    /// The holder.
+    pub key: HolderKey,
+    /// The Service it stands for.
+    pub owner: Option<ServiceRef>,
+    /// The values it holds (may be empty).
+    pub values: Vec<Claim>,
+}
+
+/// An object kind the webhook watches.
+pub trait HolderSource {
+    /// The watched source.
+    const KIND: SourceKind;
+    /// The holder key of this object (`None` when it has no name).
+    fn key(&self) -> Option<HolderKey>;
+    /// The full holding (what to `set` in the state).
+    fn holding(&self) -> Option<ObjectHolding>;
+}
+
+impl HolderSource for Service {
+    const KIND: SourceKind = SourceKind::Services;
+
+    fn key(&self) -> Option<HolderKey> {
+        Some(HolderKey::Service {
+            namespace: self.metadata.namespace.clone().unwrap_or_default(),
+            name: self.metadata.name.clone()?,
+        })
+    }
+
+    fn holding(&self) -> Option<ObjectHolding> {
+        let key = self.key()?;
+        let view = SvcView::from_service(self);
+        let owner = ServiceRef::named(&view.namespace, &view.name);
+        Some(ObjectHolding {
+            key,
+            owner: Some(owner),
+            values: claims_of(&view),
+        })
+    }
+}
+
+impl HolderSource for AllocationClaim {
+    const KIND: SourceKind = SourceKind::Claims;
+
+    fn key(&self) -> Option<HolderKey> {
+        Some(HolderKey::Claim {
+            name: self.metadata.name.clone()?,
+        })
+    }
+
+    /// A claim that is no valid lock (name and value disagree) holds nothing.
+    fn holding(&self) -> Option<ObjectHolding> {
+        let key = self.key()?;
+        Some(match self.holding() {
+            Some((_, owner, value)) => ObjectHolding {
+                key,
+                owner: Some(owner),
+                values: vec![value],
+            },
+            None => ObjectHolding {
+                key,
+                owner: None,
+                values: Vec::new(),
+            },
+        })
+    }
+}
+
+impl HolderSource for IPAddress {
+    const KIND: SourceKind = SourceKind::IpAddresses;
+
+    fn key(&self) -> Option<HolderKey> {
+        Some(HolderKey::IpAddress {
+            name: self.metadata.name.clone()?,
+        })
+    }
+
+    /// The address is the object name; the owner is the parent Service when the
+    /// parentRef points at a core Service, else unknown (always someone else's).
+    fn holding(&self) -> Option<ObjectHolding> {
+        let key = self.key()?;
+        let ip = self.metadata.name.as_deref().and_then(parse_ip_sloppy);
+        let owner = self.spec.as_ref().map(|s| &s.parent_ref).and_then(|p| {
+            let core_service =
+                p.group.as_deref().unwrap_or("").is_empty() && p.resource == "services";
+            core_service.then(|| ServiceRef::named(p.namespace.as_deref().unwrap_or(""), &p.name))
+        });
+        Some(ObjectHolding {
+            key,
+            owner,
+            values: ip.map(Claim::Ip).into_iter().collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::api::networking::v1::{IPAddressSpec, ParentReference};
+
+    use super::*;
+
+    fn ip(s: &str) -> Claim {
+        Claim::Ip(s.parse::<IpAddr>().unwrap())
+    }
+
+    #[test]
+    fn a_service_holds_its_cluster_ips_and_node_ports() {
+        let mut svc = Service::default();
+        svc.metadata.namespace = Some("ns".into());
+        svc.metadata.name = Some("web".into());
+        svc.spec = Some(ServiceSpec {
+            type_: Some("NodePort".into()),
+            cluster_ip: Some("10.0.0.5".into()),
+            cluster_ips: Some(vec!["10.0.0.5".into(), "fd00::5".into()]),
+            ports: Some(vec![ServicePort {
+                port: 80,
+                node_port: Some(30080),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let h = HolderSource::holding(&svc).unwrap();
+        assert_eq!(
+            h.key,
+            HolderKey::Service {
+                namespace: "ns".into(),
+                name: "web".into()
+            }
+        );
+        assert_eq!(h.owner, Some(ServiceRef::named("ns", "web")));
+        assert_eq!(
+            h.values,
+            vec![ip("10.0.0.5"), ip("fd00::5"), Claim::NodePort(30080)]
+        );
+    }
+
+    #[test]
+    fn an_ip_address_is_owned_by_its_parent_service_only() {
+        let mut a = IPAddress::default();
+        a.metadata.name = Some("10.0.0.7".into());
+        a.spec = Some(IPAddressSpec {
+            parent_ref: ParentReference {
+                group: Some(String::new()),
+                resource: "services".into(),
+                namespace: Some("ns".into()),
+                name: "web".into(),
+            },
+        });
+        let h = HolderSource::holding(&a).unwrap();
+        assert_eq!(h.owner, Some(ServiceRef::named("ns", "web")));
+        assert_eq!(h.values, vec![ip("10.0.0.7")]);
+        if let Some(s) = a.spec.as_mut() {
+            s.parent_ref.resource = "gateways".into();
+        }
+        assert_eq!(HolderSource::holding(&a).unwrap().owner, None);
+    }
+
+    #[test]
+    fn an_invalid_claim_holds_nothing() {
+        let mut c =
+            AllocationClaim::for_value(Claim::NodePort(30001), &ServiceRef::named("a", "b"));
+        c.metadata.name = Some("nodeport-30009".into());
+        let h = HolderSource::holding(&c).unwrap();
+        assert!(h.values.is_empty());
+    }
+
+    #[test]
+    fn sources_own_only_their_keys() {
+        let k = HolderKey::Claim { name: "x".into() };
+        assert!(SourceKind::Claims.owns(&k));
+        assert!(!SourceKind::Services.owns(&k));
+        assert!(!SourceKind::IpAddresses.owns(&HolderKey::Pending {
+            request_uid: "u".into()
+        }));
+    }
+}
