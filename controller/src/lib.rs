@@ -8,4 +8,6 @@
 
 pub mod cli;
 pub mod core;
+pub mod kube_client;
 pub mod plan;
+pub mod webhook_cmd;

@@ -4,22 +4,19 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
-use svcplane_controller::cli::{Cli, Command};
-use svcplane_controller::plan;
+use kube::CustomResourceExt;
+use svcplane_controller::cli::{Cli, Command, LogFormat};
+use svcplane_controller::{plan, webhook_cmd};
+use svcplane_webhook::claim::AllocationClaim;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     // Usage errors exit 2 (clap); bad input exits 1.
     let cli = Cli::parse();
-    // Logs go to stderr; RUST_LOG overrides the quiet default.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Plan(args) => {
+            init_logging("warn", LogFormat::Text);
             let mut stderr = std::io::stderr().lock();
             let result = plan::run(
                 &args,
@@ -35,5 +32,39 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Webhook(args) => {
+            init_logging("info,kube=warn", args.log_format);
+            match webhook_cmd::run(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "svcplane webhook failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Crd => match serde_saphyr::to_string(&AllocationClaim::crd()) {
+            Ok(yaml) => {
+                let _ = std::io::stdout().lock().write_all(yaml.as_bytes());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "encoding the CRD: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// Logs go to stderr; `RUST_LOG` overrides `default`.
+fn init_logging(default: &str, format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }

@@ -1,0 +1,86 @@
+//! Process plumbing shared by the long-running subcommands: the API client, signal
+//! handling and the allocator's random seed.
+
+use std::path::Path;
+
+use anyhow::Context;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+/// A client from `--kubeconfig`, else the in-cluster or default configuration.
+pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}: cannot read", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}: unusable", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no --kubeconfig given and no in-cluster or default kubeconfig found")?,
+    };
+    Client::try_from(config).context("building the API client")
+}
+
+/// Is the CRD of `K` served? A clear error if not (it ships with the Helm chart).
+pub async fn check_crd<K: CustomResourceExt>(client: &Client) -> anyhow::Result<()> {
+    let crd = K::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client.clone());
+    match api.get_opt(&name).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => anyhow::bail!(
+            "CustomResourceDefinition {name} is not installed (apply it with the Helm chart, or `svcplane crd | kubectl apply -f -`)"
+        ),
+        Err(e) => Err(e).with_context(|| format!("checking CustomResourceDefinition {name}")),
+    }
+}
+
+/// Cancel `token` on SIGTERM or SIGINT; a second signal exits at once.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    wait_for_signal().await;
+    info!("shutdown signal received; draining");
+    token.cancel();
+    wait_for_signal().await;
+    info!("second shutdown signal; exiting now");
+    std::process::exit(130);
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A seed for the allocator's random picks: two replicas must not walk the ranges in
+/// the same order, or they would race for the same values every time.
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}

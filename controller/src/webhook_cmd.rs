@@ -1,0 +1,74 @@
+//! `svcplane webhook`: the admission webhook as a process of its own.
+//!
+//! Connects to the API server, starts the webhook's watches and claim repair loop, and
+//! serves HTTPS until SIGTERM or SIGINT. `svcplane run` embeds the same pieces beside
+//! the controllers.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use svcplane_allocator::AllocatorConfig;
+use svcplane_webhook::claim::AllocationClaim;
+use svcplane_webhook::server::{ServerConfig, serve};
+use svcplane_webhook::shell::repair::RepairConfig;
+use svcplane_webhook::shell::{WebhookOptions, start};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::cli::WebhookArgs;
+use crate::kube_client;
+
+/// How long in-flight admission requests may finish after a shutdown signal.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Run the webhook until a shutdown signal.
+pub fn run(args: &WebhookArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve_webhook(args))
+}
+
+async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
+    let allocator = AllocatorConfig::from_flags(
+        &args.service_cluster_ip_range,
+        &args.service_node_port_range,
+    )
+    .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+    let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
+    let cancel = CancellationToken::new();
+    tokio::spawn(kube_client::cancel_on_signal(cancel.clone()));
+    if let Err(e) = kube_client::check_crd::<AllocationClaim>(&client).await {
+        warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
+    }
+    let started = start(
+        client,
+        WebhookOptions {
+            allocator,
+            seed: kube_client::random_seed(),
+            repair: RepairConfig {
+                interval: args.claim_repair_interval,
+                grace: args.claim_grace_period,
+            },
+        },
+        cancel.clone(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+    info!(bind = %args.webhook_bind_address, "serving the admission webhook");
+    let config = ServerConfig {
+        bind_address: args.webhook_bind_address,
+        cert_file: args.tls_cert_file.clone(),
+        key_file: args.tls_private_key_file.clone(),
+        request_timeout: args.webhook_request_timeout,
+        reload_interval: args.tls_reload_interval,
+        drain: DRAIN,
+    };
+    let result = serve(Arc::clone(&started.webhook), config, cancel.clone()).await;
+    cancel.cancel();
+    for t in started.tasks {
+        let _ = t.await;
+    }
+    result.context("webhook server")
+}
