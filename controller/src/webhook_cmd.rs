@@ -37,7 +37,10 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
     )
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
     let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
+    // Two tokens: a signal stops the server (which drains first), and only then the
+    // watches, so requests answered during the drain still see a live state.
     let cancel = CancellationToken::new();
+    let background = CancellationToken::new();
     tokio::spawn(kube_client::cancel_on_signal(cancel.clone()));
     if let Err(e) = kube_client::check_crd::<AllocationClaim>(&client).await {
         warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
@@ -52,7 +55,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
                 grace: args.claim_grace_period,
             },
         },
-        cancel.clone(),
+        background.clone(),
     )
     .await
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
@@ -66,7 +69,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
         drain: DRAIN,
     };
     let result = serve(Arc::clone(&started.webhook), config, cancel.clone()).await;
-    cancel.cancel();
+    background.cancel();
     for t in started.tasks {
         let _ = t.await;
     }
