@@ -14,3 +14,4 @@ pub mod envtest;
 pub mod fake_api;
 pub mod normalize;
 pub mod objects;
+pub mod webhook_env;

@@ -60,10 +60,12 @@ static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 struct CountingClaims;
 
 impl ClaimStore for CountingClaims {
-    async fn claim(&self, _claim: AllocationClaim) -> Result<Claimed, ClaimError> {
+    async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
         CLAIMS.fetch_add(1, Ordering::Relaxed);
-        Ok(Claimed::Won)
+        Ok(Claimed::Won(Box::new(claim)))
     }
+
+    async fn release(&self, _claim: &AllocationClaim) {}
 }
 
 /// The real webhook over an allocation state holding 10 000 Services.

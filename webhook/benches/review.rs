@@ -32,9 +32,11 @@ const SERVICES: u32 = 10_000;
 struct AlwaysWin;
 
 impl ClaimStore for AlwaysWin {
-    async fn claim(&self, _claim: AllocationClaim) -> Result<Claimed, ClaimError> {
-        Ok(Claimed::Won)
+    async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
+        Ok(Claimed::Won(Box::new(claim)))
     }
+
+    async fn release(&self, _claim: &AllocationClaim) {}
 }
 
 fn state() -> AllocationState {

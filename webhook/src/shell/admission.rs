@@ -101,7 +101,8 @@ impl<C: ClaimStore> Webhook<C> {
     }
 
     /// Claim every value; `Ok(false)` if another holder won at least one (the state then
-    /// knows it). Values won stay claimed for this Service, so a retry reuses them.
+    /// knows it). When a race is lost the claims won in this attempt are given back at
+    /// once, so the retry's different picks leave no unused claim behind.
     async fn claim_all(&self, me: &ServiceRef, values: &[Claim]) -> Result<bool, ServiceError> {
         let results = join_all(
             values
@@ -110,35 +111,52 @@ impl<C: ClaimStore> Webhook<C> {
         )
         .await;
         let mut all_won = true;
-        let mut st = lock(&self.state);
-        for (v, r) in values.iter().zip(results) {
-            let key = HolderKey::Claim {
-                name: claim_name(*v),
-            };
-            match r {
-                Ok(Claimed::Won) => st.set(key, Some(me.clone()), vec![*v]),
-                Ok(Claimed::Taken(existing)) => {
-                    let owner = existing.spec.owner();
-                    if owner.matches(me) {
-                        // Our own claim from an earlier attempt of this request or
-                        // Service: still ours.
-                        st.set(key, Some(owner), vec![*v]);
-                    } else {
-                        warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
-                        st.set(key, Some(owner), vec![*v]);
-                        all_won = false;
+        let mut won_now: Vec<AllocationClaim> = Vec::new();
+        let mut failure = None;
+        {
+            let mut st = lock(&self.state);
+            for (v, r) in values.iter().zip(results) {
+                let key = HolderKey::Claim {
+                    name: claim_name(*v),
+                };
+                match r {
+                    Ok(Claimed::Won(created)) => {
+                        st.set(key, Some(me.clone()), vec![*v]);
+                        won_now.push(*created);
                     }
-                }
-                Err(e) => {
-                    warn!(error = %e, "claim failed");
-                    return Err(ServiceError::Internal(format!(
-                        "failed to reserve {}: {e}",
-                        describe(*v)
-                    )));
+                    Ok(Claimed::Taken(existing)) => {
+                        let owner = existing.spec.owner();
+                        if !owner.matches(me) {
+                            warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
+                            all_won = false;
+                        }
+                        // Either our own claim from an earlier attempt or Service
+                        // (still ours), or the winner's: the state learns which.
+                        st.set(key, Some(owner), vec![*v]);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "claim failed");
+                        failure.get_or_insert(ServiceError::Internal(format!(
+                            "failed to reserve {}: {e}",
+                            describe(*v)
+                        )));
+                    }
                 }
             }
         }
-        Ok(all_won)
+        if all_won && failure.is_none() {
+            return Ok(true);
+        }
+        for claim in &won_now {
+            self.claims.release(claim).await;
+            if let Some(name) = claim.metadata.name.clone() {
+                lock(&self.state).remove(&HolderKey::Claim { name });
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
     }
 
     #[instrument(skip_all, fields(uid = %req.uid, namespace = %req.namespace, name = %req.name))]

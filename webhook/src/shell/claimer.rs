@@ -7,15 +7,16 @@
 use std::future::Future;
 
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use tracing::debug;
 
 use crate::claim::AllocationClaim;
 
 /// Outcome of one claim attempt.
 #[derive(Debug, Clone)]
 pub enum Claimed {
-    /// The claim was created: the value is ours.
-    Won,
+    /// The claim was created: the value is ours. The stored object (with its uid).
+    Won(Box<AllocationClaim>),
     /// A claim of that name exists already; here it is.
     Taken(Box<AllocationClaim>),
 }
@@ -51,6 +52,11 @@ pub trait ClaimStore: Send + Sync + 'static {
         &self,
         claim: AllocationClaim,
     ) -> impl Future<Output = Result<Claimed, ClaimError>> + Send;
+
+    /// Give back a claim this replica just won but will not use (it lost the race for
+    /// another value of the same request). Best effort: a claim left behind is
+    /// released by the repair loop after its grace period.
+    fn release(&self, claim: &AllocationClaim) -> impl Future<Output = ()> + Send;
 }
 
 /// Claims stored as `AllocationClaim` objects in the API server.
@@ -82,7 +88,7 @@ impl ClaimStore for KubeClaims {
         let name = claim.metadata.name.clone().unwrap_or_default();
         for _ in 0..ATTEMPTS {
             match self.api.create(&PostParams::default(), &claim).await {
-                Ok(_) => return Ok(Claimed::Won),
+                Ok(created) => return Ok(Claimed::Won(Box::new(created))),
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(source) => return Err(ClaimError::Api { name, source }),
             }
@@ -97,5 +103,20 @@ impl ClaimStore for KubeClaims {
             name,
             attempts: ATTEMPTS,
         })
+    }
+
+    async fn release(&self, claim: &AllocationClaim) {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        // The uid precondition: never delete a claim someone re-created meanwhile.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: claim.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        if let Err(e) = self.api.delete(&name, &params).await {
+            debug!(claim = %name, error = %e, "could not give back a claim; the repair loop will");
+        }
     }
 }

@@ -1,0 +1,199 @@
+//! Running svcplane's webhook next to a real API server for the e2e suites.
+//!
+//! Certificates from rcgen (a CA plus a serving certificate for 127.0.0.1), the
+//! AllocationClaim CRD, the webhook server itself in-process on a loopback port, and
+//! Mutating-/ValidatingWebhookConfigurations that send only one namespace's Services
+//! to it — so suites sharing a harness never see each other's webhook.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, PostParams};
+use kube::{Client, CustomResourceExt};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use svcplane_webhook::claim::AllocationClaim;
+
+/// PEM files of a throwaway CA and a serving certificate signed by it.
+#[derive(Debug, Clone)]
+pub struct Certs {
+    /// The CA certificate (PEM), for `caBundle` and clients.
+    pub ca_pem: String,
+    /// Serving certificate chain file.
+    pub cert_file: PathBuf,
+    /// Serving key file.
+    pub key_file: PathBuf,
+}
+
+/// Write a CA and a serving certificate for `sans` (DNS names or IP literals) into
+/// `dir`.
+pub fn certs(dir: &Path, sans: &[&str]) -> anyhow::Result<Certs> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "svcplane-test-ca");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let key = KeyPair::generate()?;
+    let params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())?;
+    let cert = params.signed_by(&key, &ca)?;
+    let cert_file = dir.join("tls.crt");
+    let key_file = dir.join("tls.key");
+    std::fs::write(&cert_file, cert.pem())?;
+    std::fs::write(&key_file, key.serialize_pem())?;
+    Ok(Certs {
+        ca_pem: ca.pem(),
+        cert_file,
+        key_file,
+    })
+}
+
+/// Create the AllocationClaim CRD (if absent) and wait until it is served.
+pub async fn install_claim_crd(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = AllocationClaim::crd();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e).context("creating the AllocationClaim CRD"),
+    }
+    let claims: Api<AllocationClaim> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match claims.list(&Default::default()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(e).context("the AllocationClaim CRD was never served");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Names of the webhooks registered by [`register_webhooks`].
+pub const MUTATE_WEBHOOK: &str = "mutate.svcplane.io";
+/// See [`MUTATE_WEBHOOK`].
+pub const VALIDATE_WEBHOOK: &str = "validate.svcplane.io";
+/// Services carrying this label skip the mutating webhook (to reach the validating
+/// one with a value the mutating one would already refuse).
+pub const SKIP_MUTATE_LABEL: &str = "e2e.svcplane.io/skip-mutate";
+
+fn rules() -> Vec<RuleWithOperations> {
+    vec![RuleWithOperations {
+        api_groups: Some(vec![String::new()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(vec!["services".into()]),
+        scope: Some("Namespaced".into()),
+    }]
+}
+
+fn only_namespace(ns: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some([("kubernetes.io/metadata.name".to_owned(), ns.to_owned())].into()),
+        ..LabelSelector::default()
+    }
+}
+
+fn client_config(base_url: &str, path: &str, ca_pem: &str) -> WebhookClientConfig {
+    WebhookClientConfig {
+        url: Some(format!("{base_url}{path}")),
+        ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+        ..WebhookClientConfig::default()
+    }
+}
+
+/// Register both webhook configurations (named after `ns`) for Services in `ns`,
+/// calling `base_url` (e.g. `https://127.0.0.1:9443`).
+pub async fn register_webhooks(
+    client: &Client,
+    ns: &str,
+    base_url: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
+    let mutating = MutatingWebhookConfiguration {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("svcplane-{ns}")),
+            ..Default::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: MUTATE_WEBHOOK.into(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "NoneOnDryRun".into(),
+            failure_policy: Some("Fail".into()),
+            timeout_seconds: Some(5),
+            client_config: client_config(base_url, "/mutate-services", ca_pem),
+            namespace_selector: Some(only_namespace(ns)),
+            object_selector: Some(LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: SKIP_MUTATE_LABEL.into(),
+                        operator: "DoesNotExist".into(),
+                        values: None,
+                    },
+                ]),
+                ..LabelSelector::default()
+            }),
+            rules: Some(rules()),
+            ..MutatingWebhook::default()
+        }]),
+    };
+    let validating = ValidatingWebhookConfiguration {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("svcplane-{ns}")),
+            ..Default::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: VALIDATE_WEBHOOK.into(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            failure_policy: Some("Fail".into()),
+            timeout_seconds: Some(5),
+            client_config: client_config(base_url, "/validate-services", ca_pem),
+            namespace_selector: Some(only_namespace(ns)),
+            rules: Some(rules()),
+            ..ValidatingWebhook::default()
+        }]),
+    };
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mutating)
+        .await
+        .context("creating the MutatingWebhookConfiguration")?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .context("creating the ValidatingWebhookConfiguration")?;
+    Ok(())
+}
+
+/// Run upstream kubectl (built into the envtest harness) with `args`, feeding `stdin`.
+pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &str) -> anyhow::Result<Output> {
+    use std::io::Write;
+    let bin = crate::envtest::harness_bin();
+    if !bin.exists() {
+        bail!("kubectl needs the envtest harness at {}", bin.display());
+    }
+    let mut child = Command::new(&bin)
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} kubectl", bin.display()))?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes())?;
+    }
+    child.wait_with_output().context("running kubectl")
+}

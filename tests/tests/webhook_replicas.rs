@@ -1,0 +1,320 @@
+//! Two webhook replicas sharing one API server (the in-process fake): claims make
+//! every hand-out unique, dry runs leave nothing behind, and the repair loop releases
+//! claims of Services that never appeared.
+
+// Test helpers outside #[test] functions: a failed fixture should panic loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+use svcplane_allocator::AllocatorConfig;
+use svcplane_tests::fake_api::FakeApi;
+use svcplane_webhook::claim::AllocationClaim;
+use svcplane_webhook::handler::{AdmissionHandler, Endpoint};
+use svcplane_webhook::shell::repair::{RepairConfig, repair_once};
+use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start};
+use tokio_util::sync::CancellationToken;
+
+const NAMESPACE: &str = "apps";
+
+fn fake_api() -> FakeApi {
+    let api = FakeApi::new();
+    api.register(
+        "svcplane.io",
+        "v1alpha1",
+        "allocationclaims",
+        "AllocationClaim",
+        false,
+        false,
+    );
+    api
+}
+
+fn options(ranges: &str, ports: &str, seed: u64) -> WebhookOptions {
+    WebhookOptions {
+        allocator: AllocatorConfig::from_flags(ranges, ports).unwrap(),
+        seed,
+        repair: RepairConfig {
+            // The tests run passes by hand.
+            interval: Duration::from_secs(3600),
+            grace: Duration::from_secs(60),
+        },
+    }
+}
+
+async fn replica(
+    api: &FakeApi,
+    ranges: &str,
+    ports: &str,
+    seed: u64,
+    cancel: &CancellationToken,
+) -> Started {
+    let started = start(api.client(), options(ranges, ports, seed), cancel.clone())
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if started.webhook.is_ready() {
+            return started;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("replica never became ready");
+}
+
+fn service(name: &str, node_port: bool) -> Value {
+    let mut spec = json!({
+        "type": if node_port { "NodePort" } else { "ClusterIP" },
+        "selector": {"app": name},
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "sessionAffinity": "None",
+        "internalTrafficPolicy": "Cluster",
+    });
+    if node_port {
+        spec["externalTrafficPolicy"] = json!("Cluster");
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    })
+}
+
+fn review(uid: &str, object: &Value, dry_run: bool) -> Bytes {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    Bytes::from(
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": "Service"},
+                "resource": {"group": "", "version": "v1", "resource": "services"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Service"},
+                "requestResource": {"group": "", "version": "v1", "resource": "services"},
+                "name": name,
+                "namespace": NAMESPACE,
+                "operation": "CREATE",
+                "userInfo": {"username": "test"},
+                "object": object,
+                "dryRun": dry_run,
+            }
+        }))
+        .unwrap(),
+    )
+}
+
+/// Post a CREATE review to the mutating endpoint; the patched object on success.
+async fn mutate(
+    webhook: &Webhook<KubeClaims>,
+    uid: &str,
+    object: &Value,
+    dry_run: bool,
+) -> Result<Value, Value> {
+    let answer = webhook
+        .handle(Endpoint::Mutate, review(uid, object, dry_run))
+        .await;
+    assert_eq!(answer.status, 200);
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    let response = &body["response"];
+    assert_eq!(response["uid"], uid);
+    if response["allowed"] != true {
+        return Err(response["status"].clone());
+    }
+    let mut patched = object.clone();
+    if let Some(p) = response["patch"].as_str() {
+        assert_eq!(response["patchType"], "JSONPatch");
+        let ops: json_patch::Patch =
+            serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap())
+                .unwrap();
+        json_patch::patch(&mut patched, &ops).unwrap();
+    }
+    Ok(patched)
+}
+
+fn values_of(svc: &Service) -> (Vec<IpAddr>, Vec<i32>) {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let ips = spec
+        .cluster_ips
+        .unwrap_or_default()
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let ports = spec
+        .ports
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p.node_port)
+        .collect();
+    (ips, ports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_hand_out_1000_concurrent_creates_without_a_duplicate() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    // A /22 holds 1022 addresses: 1000 creates leave both replicas racing for the
+    // last free ones, the case claims exist for.
+    let (ranges, ports) = ("10.0.0.0/22", "30000-30699");
+    let a = replica(&api, ranges, ports, 1, &cancel).await;
+    let b = replica(&api, ranges, ports, 2, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let creates = (0..1000).map(|i| {
+        let webhook = if i % 2 == 0 {
+            a.webhook.clone()
+        } else {
+            b.webhook.clone()
+        };
+        let services = services.clone();
+        async move {
+            let object = service(&format!("svc-{i}"), i % 3 == 0);
+            let patched = mutate(&webhook, &format!("uid-{i}"), &object, false)
+                .await
+                .unwrap_or_else(|status| panic!("svc-{i} denied: {status}"));
+            // What the API server does next: store the patched object.
+            let svc: Service = serde_json::from_value(patched).unwrap();
+            services.create(&PostParams::default(), &svc).await.unwrap();
+        }
+    });
+    join_all(creates).await;
+
+    let stored = services.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(stored.len(), 1000);
+    let (mut ips, mut node_ports) = (HashSet::new(), HashSet::new());
+    for svc in &stored {
+        let (svc_ips, svc_ports) = values_of(svc);
+        assert_eq!(svc_ips.len(), 1, "{:?}", svc.metadata.name);
+        for ip in svc_ips {
+            assert!(ips.insert(ip), "duplicate ClusterIP {ip}");
+        }
+        for p in svc_ports {
+            assert!(node_ports.insert(p), "duplicate nodePort {p}");
+        }
+    }
+    assert_eq!(node_ports.len(), 334);
+    // Every value handed out is claimed exactly once.
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    let claimed = claims.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(claimed.len(), ips.len() + node_ports.len());
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_gets_a_real_free_value_and_leaves_no_claim() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let a = replica(&api, "10.0.0.0/24", "30000-30099", 1, &cancel).await;
+    let object = service("web", true);
+    let patched = mutate(&a.webhook, "uid-dry", &object, true).await.unwrap();
+    let ip: IpAddr = patched["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(
+        ip,
+        "10.0.0.0".parse::<IpAddr>().unwrap(),
+        "not the dry-run placeholder"
+    );
+    let port = patched["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=30099).contains(&port));
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    assert!(
+        claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // Nothing stays reserved in the replica either: a real create may get the same IP.
+    let st = a.webhook.state().lock().unwrap();
+    assert!(!st.allocators().has(svcplane_allocator::Claim::Ip(ip)));
+    drop(st);
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repair_loop_releases_claims_of_services_that_never_appeared() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let a = replica(&api, "10.0.0.0/24", "30000-30099", 1, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    // "kept" is stored; "ghost" is admitted but never stored (denied later).
+    let kept = mutate(&a.webhook, "uid-kept", &service("kept", false), false)
+        .await
+        .unwrap();
+    let kept: Service = serde_json::from_value(kept).unwrap();
+    services
+        .create(&PostParams::default(), &kept)
+        .await
+        .unwrap();
+    let ghost = mutate(&a.webhook, "uid-ghost", &service("ghost", true), false)
+        .await
+        .unwrap();
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    let all = claims.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 3, "kept: 1 IP; ghost: 1 IP + 1 nodePort");
+    // Let the Service watch catch up with the stored Service.
+    for _ in 0..200 {
+        let (ips, _) = values_of(&kept);
+        let held = svcplane_webhook::shell::repair::held_by_service(
+            &a.webhook.state().lock().unwrap(),
+            svcplane_allocator::Claim::Ip(ips[0]),
+        );
+        if held {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let created = all
+        .iter()
+        .filter_map(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .max()
+        .unwrap();
+    let state = a.webhook.state().clone();
+    // Inside the grace period nothing is released.
+    let n = repair_once(
+        &api.client(),
+        &state,
+        Duration::from_secs(60),
+        created + jiff::SignedDuration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n, 0);
+    let n = repair_once(
+        &api.client(),
+        &state,
+        Duration::from_secs(60),
+        created + jiff::SignedDuration::from_secs(61),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n, 2, "the ghost's IP and nodePort");
+    let left = claims.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].spec.service.name, "kept");
+    // The released values are free again in the replica.
+    let ghost_ip: IpAddr = ghost["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        !state
+            .lock()
+            .unwrap()
+            .allocators()
+            .has(svcplane_allocator::Claim::Ip(ghost_ip))
+    );
+    cancel.cancel();
+}
