@@ -1,4 +1,11 @@
-//! Cross-crate end-to-end scenarios (filled as the runtime lands).
+//! Cross-crate end-to-end scenarios.
+//!
+//! - [`fake_api`]: an in-process fake API server for scenario tests that need
+//!   real `kube::Client` traffic without a cluster (`tests/tests/webhook_replicas.rs`;
+//!   the controller runtime's scenarios will use it too);
+//! - [`webhook_env`]: certificates, the AllocationClaim CRD, webhook
+//!   configurations and `kubectl` for running svcplane's webhook beside a real API
+//!   server (`tests/tests/e2e_webhook.rs`).
 //!
 //! Support for the suites that run against a real API server
 //! (`tests/tests/e2e_*.rs`, `tests/tests/differential.rs`):
