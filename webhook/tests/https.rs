@@ -533,3 +533,230 @@ async fn startup_fails_on_missing_certificate_files() {
     };
     assert_eq!(path, &volume.cert_path());
 }
+
+// ---------------------------------------------------------------- the real handler
+
+mod real_handler {
+    use std::sync::Mutex;
+
+    use base64::Engine;
+    use serde_json::json;
+    use svcplane_allocator::{AllocatorConfig, Claim};
+    use svcplane_webhook::claim::AllocationClaim;
+    use svcplane_webhook::shell::holders::SourceKind;
+    use svcplane_webhook::shell::watch::Readiness;
+    use svcplane_webhook::shell::{ClaimError, ClaimStore, Claimed, Webhook};
+    use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
+
+    use super::*;
+
+    /// Claims kept in memory: create-if-absent on the claim name.
+    #[derive(Default)]
+    struct MemoryClaims(Mutex<Vec<AllocationClaim>>);
+
+    impl ClaimStore for MemoryClaims {
+        async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
+            let mut all = self.0.lock().unwrap();
+            if let Some(existing) = all.iter().find(|c| c.metadata.name == claim.metadata.name) {
+                return Ok(Claimed::Taken(Box::new(existing.clone())));
+            }
+            all.push(claim.clone());
+            Ok(Claimed::Won(Box::new(claim)))
+        }
+
+        async fn release(&self, claim: &AllocationClaim) {
+            self.0
+                .lock()
+                .unwrap()
+                .retain(|c| c.metadata.name != claim.metadata.name);
+        }
+    }
+
+    fn webhook() -> Arc<Webhook<MemoryClaims>> {
+        let allocators = AllocatorConfig::from_flags("10.96.0.0/24", "30000-30099")
+            .unwrap()
+            .allocators(3)
+            .unwrap();
+        let mut state = AllocationState::new(allocators);
+        // A stored Service already holds 10.96.0.50.
+        state.set(
+            HolderKey::Service {
+                namespace: "shop".into(),
+                name: "db".into(),
+            },
+            Some(ServiceRef::named("shop", "db")),
+            vec![Claim::Ip("10.96.0.50".parse().unwrap())],
+        );
+        let readiness = Arc::new(Readiness::default());
+        for kind in [
+            SourceKind::Services,
+            SourceKind::Claims,
+            SourceKind::IpAddresses,
+        ] {
+            readiness.set(kind);
+        }
+        Arc::new(Webhook::new(
+            Arc::new(Mutex::new(state)),
+            MemoryClaims::default(),
+            readiness,
+        ))
+    }
+
+    fn review(uid: &str, resource: &str, object: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": uid,
+                "kind": {"group": "", "version": "v1", "kind": "Service"},
+                "resource": {"group": "", "version": "v1", "resource": resource},
+                "name": object["metadata"]["name"],
+                "namespace": "shop",
+                "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": object,
+                "dryRun": false,
+            }
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn admission_reviews_over_https_get_patches_and_upstream_statuses() {
+        let (ca, volume) = certs(&["localhost"]);
+        let shutdown = CancellationToken::new();
+        let running = server::bind(webhook(), config(&volume), shutdown.clone())
+            .await
+            .unwrap();
+        let addr = running.local_addr;
+
+        // A NodePort Service without values: the patch, applied to the object, gives
+        // it a ClusterIP and a nodePort from the configured ranges and leaves the rest.
+        let object = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}},
+            "spec": {
+                "type": "NodePort", "selector": {"app": "web"},
+                "sessionAffinity": "None", "externalTrafficPolicy": "Cluster",
+                "internalTrafficPolicy": "Cluster",
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+                "aFieldFromTheFuture": {"kept": true}
+            }
+        });
+        let reply = request(
+            addr,
+            &ca,
+            Method::POST,
+            "/mutate-services",
+            &review("u-1", "services", object.clone()),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let response = reply.json()["response"].clone();
+        assert_eq!(response["uid"], "u-1");
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["patchType"], "JSONPatch");
+        let ops: json_patch::Patch = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(response["patch"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, &ops).unwrap();
+        let spec = &patched["spec"];
+        let ip: std::net::Ipv4Addr = spec["clusterIP"].as_str().unwrap().parse().unwrap();
+        assert_eq!(ip.octets()[..3], [10, 96, 0]);
+        assert_ne!(ip.to_string(), "10.96.0.50", "held by another Service");
+        assert_eq!(spec["clusterIPs"], json!([ip.to_string()]));
+        assert_eq!(spec["ipFamilies"], json!(["IPv4"]));
+        assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
+        let port = spec["ports"][0]["nodePort"].as_i64().unwrap();
+        assert!((30000..=30099).contains(&port), "{port}");
+        let mut rest = patched.clone();
+        for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            rest["spec"].as_object_mut().unwrap().remove(f);
+        }
+        rest["spec"]["ports"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("nodePort");
+        assert_eq!(rest, object, "nothing else changed");
+
+        // Validation of a Service asking for a taken address: upstream's 422.
+        let taken = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "api", "namespace": "shop"},
+            "spec": {
+                "type": "ClusterIP", "clusterIP": "10.96.0.50", "clusterIPs": ["10.96.0.50"],
+                "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+                "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}]
+            }
+        });
+        let reply = request(
+            addr,
+            &ca,
+            Method::POST,
+            "/validate-services",
+            &review("u-2", "services", taken),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let response = reply.json()["response"].clone();
+        assert_eq!(response["allowed"], false);
+        assert!(response.get("patch").is_none());
+        let status = &response["status"];
+        assert_eq!(status["code"], 422);
+        assert_eq!(status["reason"], "Invalid");
+        assert_eq!(
+            status["message"],
+            "Service \"api\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.50\"}: failed to allocate IP 10.96.0.50: provided IP is already allocated"
+        );
+        assert_eq!(status["details"]["kind"], "Service");
+        assert_eq!(status["details"]["causes"][0]["field"], "spec.clusterIPs");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueInvalid"
+        );
+
+        // Not a Service: allowed unchanged. Not JSON: 400 naming the problem.
+        let reply = request(
+            addr,
+            &ca,
+            Method::POST,
+            "/validate-services",
+            &review("u-3", "configmaps", json!({"metadata": {"name": "x"}})),
+        )
+        .await;
+        assert_eq!(reply.json()["response"]["allowed"], true);
+        let reply = request(
+            addr,
+            &ca,
+            Method::POST,
+            "/mutate-services",
+            b"{\"apiVersion\": ",
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        assert!(
+            error.starts_with("truncated AdmissionReview body"),
+            "{error}"
+        );
+        let reply = request(
+            addr,
+            &ca,
+            Method::POST,
+            "/mutate-services",
+            b"not json at all",
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        let error = reply.json()["error"].as_str().unwrap().to_owned();
+        assert!(error.contains("JSON"), "{error}");
+
+        shutdown.cancel();
+        running.wait().await.unwrap();
+    }
+}
