@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use svcplane_allocator::AllocatorConfig;
 use svcplane_tests::fake_api::FakeApi;
 use svcplane_webhook::claim::AllocationClaim;
+use svcplane_webhook::claim::repair::UnusedClaims;
 use svcplane_webhook::handler::{AdmissionHandler, Endpoint};
 use svcplane_webhook::shell::repair::{RepairConfig, repair_once};
 use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start};
@@ -275,27 +276,30 @@ async fn the_repair_loop_releases_claims_of_services_that_never_appeared() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let created = all
-        .iter()
-        .filter_map(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .max()
-        .unwrap();
     let state = a.webhook.state().clone();
-    // Inside the grace period nothing is released.
+    let mut unused = UnusedClaims::default();
+    let t0 = Instant::now();
+    let grace = Duration::from_secs(60);
+    // The first pass only notes the ghost's claims as unused; inside the grace period
+    // nothing is released.
+    for after in [0, 30] {
+        let n = repair_once(
+            &api.client(),
+            &state,
+            &mut unused,
+            grace,
+            t0 + Duration::from_secs(after),
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 0, "{after} s");
+    }
     let n = repair_once(
         &api.client(),
         &state,
-        Duration::from_secs(60),
-        created + jiff::SignedDuration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    assert_eq!(n, 0);
-    let n = repair_once(
-        &api.client(),
-        &state,
-        Duration::from_secs(60),
-        created + jiff::SignedDuration::from_secs(61),
+        &mut unused,
+        grace,
+        t0 + Duration::from_secs(61),
     )
     .await
     .unwrap();
@@ -316,5 +320,59 @@ async fn the_repair_loop_releases_claims_of_services_that_never_appeared() {
             .allocators()
             .has(svcplane_allocator::Claim::Ip(ghost_ip))
     );
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_created_service_refreshes_the_claim_its_predecessor_left() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let a = replica(&api, "10.0.0.0/24", "30000-30099", 1, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    let mut object = service("web", true);
+    object["spec"]["ports"][0]["nodePort"] = json!(30050);
+    let first = mutate(&a.webhook, "uid-1", &object, false).await.unwrap();
+    let stored: Service = serde_json::from_value(first).unwrap();
+    services
+        .create(&PostParams::default(), &stored)
+        .await
+        .unwrap();
+    let old = claims.get("nodeport-30050").await.unwrap();
+    assert_eq!(old.spec.request_uid, "uid-1");
+    // Deleted, then applied again before any repair pass.
+    services
+        .delete("web", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    mutate(&a.webhook, "uid-2", &object, false).await.unwrap();
+    let new = claims.get("nodeport-30050").await.unwrap();
+    assert_eq!(new.spec.request_uid, "uid-2", "the claim was refreshed");
+    assert_ne!(new.metadata.uid, old.metadata.uid);
+    // The old claim was seen unused once the Service was gone; the refreshed one is a
+    // new object, so a pass a grace period later does not release it under the new
+    // Service.
+    let state = a.webhook.state().clone();
+    let mut unused = UnusedClaims::default();
+    let t0 = Instant::now();
+    let mut records = vec![svcplane_webhook::claim::repair::ClaimRecord::of(&old)];
+    records[0].value = Some(svcplane_allocator::Claim::NodePort(30050));
+    assert!(
+        unused
+            .claims_to_release(&records, |_| false, t0, Duration::from_secs(60))
+            .is_empty()
+    );
+    let n = repair_once(
+        &api.client(),
+        &state,
+        &mut unused,
+        Duration::from_secs(60),
+        t0 + Duration::from_secs(61),
+    )
+    .await
+    .unwrap();
+    // (The deleted Service's ClusterIP claim is seen unused for the first time now.)
+    assert_eq!(n, 0);
+    assert!(claims.get_opt("nodeport-30050").await.unwrap().is_some());
     cancel.cancel();
 }

@@ -2,15 +2,21 @@
 //!
 //! The webhook never learns whether the Service it answered for was stored: the request
 //! may be denied by a later admission step, time out, or fail validation. Its claims
-//! would then block their values forever. A claim is therefore kept exactly while some
-//! stored Service holds its value, and released once nobody does and it is older than a
+//! would then block their values forever. A claim is therefore kept while some stored
+//! Service holds its value, and released once this replica has seen it unused for a
 //! grace period — long enough for any admission request still in flight (the API
-//! server's webhook timeout is at most 30 s) to have finished. This mirrors upstream's
-//! IPAddress leak cleanup, which waits 60 s (allocation-spec §12.1).
+//! server's webhook timeout is at most 30 s) to have finished, as upstream's IPAddress
+//! leak cleanup waits 60 s (allocation-spec §12.1).
+//!
+//! The age is measured by this replica's own monotonic clock from the first pass that
+//! saw the claim unused, not from `creationTimestamp`: that is the API server's clock,
+//! and a replica whose clock runs ahead of it (or an API server with an odd clock)
+//! would otherwise release claims of requests still in flight. A replica that starts
+//! waits one grace period before releasing anything, which costs nothing but time.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use svcplane_allocator::Claim;
 
 use super::AllocationClaim;
@@ -27,8 +33,6 @@ pub struct ClaimRecord {
     pub uid: String,
     /// The claimed value; `None` when the object is no valid lock.
     pub value: Option<Claim>,
-    /// `metadata.creationTimestamp`.
-    pub created: Option<Timestamp>,
 }
 
 impl ClaimRecord {
@@ -38,7 +42,6 @@ impl ClaimRecord {
             name: claim.metadata.name.clone().unwrap_or_default(),
             uid: claim.metadata.uid.clone().unwrap_or_default(),
             value: claim.holding().map(|(_, _, v)| v),
-            created: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -46,7 +49,7 @@ impl ClaimRecord {
 /// Why a claim is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReason {
-    /// No Service holds the value and the grace period has passed.
+    /// No Service has held the value for the whole grace period.
     Unused,
     /// The object does not name a parseable value matching its name.
     Malformed,
@@ -62,25 +65,41 @@ impl ReleaseReason {
     }
 }
 
-/// Claims to delete now: those whose value no stored Service holds (`held_by_service`)
-/// and that are older than `grace` at `now`. A claim without a creation time counts as
-/// old. Claims still inside the grace period are kept (the next pass looks again).
-pub fn claims_to_release(
-    claims: &[ClaimRecord],
-    held_by_service: impl Fn(Claim) -> bool,
-    now: Timestamp,
-    grace: Duration,
-) -> Vec<(&ClaimRecord, ReleaseReason)> {
-    let grace = jiff::SignedDuration::try_from(grace).unwrap_or(jiff::SignedDuration::MAX);
-    let old_enough = |c: &ClaimRecord| c.created.is_none_or(|t| now.duration_since(t) >= grace);
-    claims
-        .iter()
-        .filter_map(|c| match c.value {
-            None if old_enough(c) => Some((c, ReleaseReason::Malformed)),
-            Some(v) if !held_by_service(v) && old_enough(c) => Some((c, ReleaseReason::Unused)),
-            _ => None,
-        })
-        .collect()
+/// When each unused claim (by uid) was first seen unused.
+#[derive(Debug, Clone, Default)]
+pub struct UnusedClaims {
+    first_seen: HashMap<String, Instant>,
+}
+
+impl UnusedClaims {
+    /// One repair pass over every stored claim at `now`: the claims to delete are those
+    /// seen unused (`held_by_service` false, or malformed) on every pass for at least
+    /// `grace`. Claims in use or gone are forgotten, so a value used again restarts its
+    /// clock.
+    pub fn claims_to_release<'a>(
+        &mut self,
+        claims: &'a [ClaimRecord],
+        held_by_service: impl Fn(Claim) -> bool,
+        now: Instant,
+        grace: Duration,
+    ) -> Vec<(&'a ClaimRecord, ReleaseReason)> {
+        let mut still_unused = HashMap::with_capacity(self.first_seen.len());
+        let mut out = Vec::new();
+        for c in claims {
+            let reason = match c.value {
+                None => ReleaseReason::Malformed,
+                Some(v) if !held_by_service(v) => ReleaseReason::Unused,
+                Some(_) => continue,
+            };
+            let first = self.first_seen.get(&c.uid).copied().unwrap_or(now);
+            still_unused.insert(c.uid.clone(), first);
+            if now.saturating_duration_since(first) >= grace {
+                out.push((c, reason));
+            }
+        }
+        self.first_seen = still_unused;
+        out
+    }
 }
 
 #[cfg(test)]
@@ -89,12 +108,11 @@ mod tests {
 
     use super::*;
 
-    fn rec(name: &str, value: Option<Claim>, age_s: i64, now: Timestamp) -> ClaimRecord {
+    fn rec(name: &str, value: Option<Claim>) -> ClaimRecord {
         ClaimRecord {
             name: name.into(),
             uid: format!("uid-{name}"),
             value,
-            created: Some(now - jiff::SignedDuration::from_secs(age_s)),
         }
     }
 
@@ -102,56 +120,102 @@ mod tests {
         Claim::Ip(s.parse::<IpAddr>().unwrap())
     }
 
-    #[test]
-    fn an_unused_claim_is_released_only_after_the_grace_period() {
-        let now: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
-        let claims = vec![
-            rec("young", Some(ip("10.0.0.1")), 59, now),
-            rec("exactly", Some(ip("10.0.0.2")), 60, now),
-            rec("old", Some(ip("10.0.0.3")), 3600, now),
-        ];
-        let out = claims_to_release(&claims, |_| false, now, DEFAULT_GRACE);
-        let names: Vec<&str> = out.iter().map(|(c, _)| c.name.as_str()).collect();
-        assert_eq!(names, ["exactly", "old"]);
-        assert!(out.iter().all(|(_, r)| *r == ReleaseReason::Unused));
+    fn names(out: &[(&ClaimRecord, ReleaseReason)]) -> Vec<String> {
+        out.iter().map(|(c, _)| c.name.clone()).collect()
     }
 
     #[test]
-    fn a_claim_whose_value_a_service_holds_is_kept_however_old() {
-        let now: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
-        let claims = vec![
-            rec("held", Some(Claim::NodePort(30001)), 86_400, now),
-            rec("free", Some(Claim::NodePort(30002)), 86_400, now),
-        ];
-        let out = claims_to_release(&claims, |v| v == Claim::NodePort(30001), now, DEFAULT_GRACE);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].0.name, "free");
+    fn an_unused_claim_is_released_once_seen_unused_for_the_grace_period() {
+        let t0 = Instant::now();
+        let claims = vec![rec("a", Some(ip("10.0.0.1")))];
+        let mut u = UnusedClaims::default();
+        let free = |_| false;
+        assert!(
+            u.claims_to_release(&claims, free, t0, DEFAULT_GRACE)
+                .is_empty(),
+            "first sighting"
+        );
+        let at = |s| t0 + Duration::from_secs(s);
+        assert!(
+            u.claims_to_release(&claims, free, at(59), DEFAULT_GRACE)
+                .is_empty()
+        );
+        let out = u.claims_to_release(&claims, free, at(60), DEFAULT_GRACE);
+        assert_eq!(names(&out), ["a"]);
+        assert_eq!(out[0].1, ReleaseReason::Unused);
     }
 
     #[test]
-    fn malformed_claims_are_released_after_the_grace_period_and_untimed_ones_count_as_old() {
-        let now: Timestamp = "2026-11-21T12:00:00Z".parse().unwrap();
-        let mut untimed = rec("untimed", Some(ip("10.0.0.9")), 0, now);
-        untimed.created = None;
-        let claims = vec![
-            rec("bad-young", None, 5, now),
-            rec("bad-old", None, 120, now),
-            untimed,
-        ];
-        let out = claims_to_release(&claims, |_| false, now, DEFAULT_GRACE);
+    fn a_claim_whose_value_a_service_holds_is_kept_and_its_clock_restarts() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let claims = vec![rec("a", Some(Claim::NodePort(30001)))];
+        let mut u = UnusedClaims::default();
+        u.claims_to_release(&claims, |_| false, t0, DEFAULT_GRACE);
+        // The Service shows up: kept, and forgotten as unused.
+        assert!(
+            u.claims_to_release(&claims, |_| true, at(50), DEFAULT_GRACE)
+                .is_empty()
+        );
+        // Unused again later: a fresh grace period starts.
+        assert!(
+            u.claims_to_release(&claims, |_| false, at(100), DEFAULT_GRACE)
+                .is_empty()
+        );
+        assert!(
+            u.claims_to_release(&claims, |_| false, at(159), DEFAULT_GRACE)
+                .is_empty()
+        );
         assert_eq!(
-            out.iter()
-                .map(|(c, r)| (c.name.as_str(), *r))
-                .collect::<Vec<_>>(),
-            [
-                ("bad-old", ReleaseReason::Malformed),
-                ("untimed", ReleaseReason::Unused)
-            ]
+            names(&u.claims_to_release(&claims, |_| false, at(160), DEFAULT_GRACE)),
+            ["a"]
         );
     }
 
     #[test]
-    fn a_record_reads_value_uid_and_creation_time_from_the_object() {
+    fn a_re_created_claim_has_a_clock_of_its_own() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut u = UnusedClaims::default();
+        u.claims_to_release(
+            &[rec("a", Some(ip("10.0.0.2")))],
+            |_| false,
+            t0,
+            DEFAULT_GRACE,
+        );
+        let mut again = rec("a", Some(ip("10.0.0.2")));
+        again.uid = "uid-a-2".into();
+        let claims = vec![again];
+        assert!(
+            u.claims_to_release(&claims, |_| false, at(70), DEFAULT_GRACE)
+                .is_empty()
+        );
+        assert_eq!(
+            names(&u.claims_to_release(&claims, |_| false, at(130), DEFAULT_GRACE)),
+            ["a"]
+        );
+    }
+
+    #[test]
+    fn malformed_claims_are_released_after_the_grace_period() {
+        let t0 = Instant::now();
+        let claims = vec![rec("bad", None)];
+        let mut u = UnusedClaims::default();
+        assert!(
+            u.claims_to_release(&claims, |_| true, t0, DEFAULT_GRACE)
+                .is_empty()
+        );
+        let out = u.claims_to_release(&claims, |_| true, t0 + DEFAULT_GRACE, DEFAULT_GRACE);
+        assert_eq!(
+            out.iter()
+                .map(|(c, r)| (c.name.as_str(), *r))
+                .collect::<Vec<_>>(),
+            [("bad", ReleaseReason::Malformed)]
+        );
+    }
+
+    #[test]
+    fn a_record_reads_value_and_uid_from_the_object() {
         let mut c =
             AllocationClaim::for_value(ip("10.0.0.4"), &crate::state::ServiceRef::named("a", "b"));
         c.metadata.uid = Some("u1".into());
@@ -159,6 +223,5 @@ mod tests {
         assert_eq!(r.name, "ip-10.0.0.4");
         assert_eq!(r.uid, "u1");
         assert_eq!(r.value, Some(ip("10.0.0.4")));
-        assert_eq!(r.created, None);
     }
 }

@@ -27,6 +27,7 @@ use super::decode::{Operation, ServiceRequest};
 use super::patch::{Mode, allocation_patch};
 use super::validate::structural_errors;
 use super::warnings::{cluster_ip_band_warning, node_port_band_warning};
+use crate::state::hold_kept_values;
 use crate::state::{AllocationState, ServiceRef};
 
 /// Why the allocation closure did not produce a transaction.
@@ -59,7 +60,10 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
         // Dry runs are allocated for real too: the answer must carry values that are
         // actually free, and the shell drops the reservation afterwards.
         let txn = match old {
-            Some(old) => a.allocate_update(&mut svc, old, false),
+            Some(old) => {
+                hold_kept_values(a, old);
+                a.allocate_update(&mut svc, old, false)
+            }
             None => a.allocate_create(&mut svc, false),
         }
         .map_err(Refusal::Deny)?;

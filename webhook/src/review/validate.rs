@@ -29,6 +29,7 @@ use super::ValidateDecision;
 use super::decode::{Operation, ServiceRequest};
 use super::update_rules::validate_update;
 use crate::state::AllocationState;
+use crate::state::hold_kept_values;
 
 /// Validate the final object of `req` against upstream's rules and the state.
 pub fn validate(req: &ServiceRequest, state: &mut AllocationState) -> ValidateDecision {
@@ -39,7 +40,10 @@ pub fn validate(req: &ServiceRequest, state: &mut AllocationState) -> ValidateDe
     if !req.dry_run {
         let mut svc = req.service.clone();
         let replay = state.evaluate(&req.service_ref(), |a| match old {
-            Some(old) => a.allocate_update(&mut svc, old, false),
+            Some(old) => {
+                hold_kept_values(a, old);
+                a.allocate_update(&mut svc, old, false)
+            }
             None => a.allocate_create(&mut svc, false),
         });
         if let Err(e) = replay {

@@ -112,6 +112,7 @@ impl<C: ClaimStore> Webhook<C> {
         .await;
         let mut all_won = true;
         let mut won_now: Vec<AllocationClaim> = Vec::new();
+        let mut stale: Vec<AllocationClaim> = Vec::new();
         let mut failure = None;
         {
             let mut st = lock(&self.state);
@@ -129,6 +130,11 @@ impl<C: ClaimStore> Webhook<C> {
                         if !owner.matches(me) {
                             warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
                             all_won = false;
+                        } else if owner.request_uid != me.request_uid {
+                            // Left by an earlier Service of this name (deleted and
+                            // re-created before the repair loop ran): its age would let
+                            // the repair loop release it under the new Service.
+                            stale.push(*existing);
                         }
                         // Either our own claim from an earlier attempt or Service
                         // (still ours), or the winner's: the state learns which.
@@ -145,6 +151,19 @@ impl<C: ClaimStore> Webhook<C> {
             }
         }
         if all_won && failure.is_none() {
+            for old in stale {
+                match self.refresh(old, me).await {
+                    Ok(Refreshed::Won(created)) => won_now.push(*created),
+                    Ok(Refreshed::Ours) => {}
+                    Ok(Refreshed::Lost) => all_won = false,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if all_won && failure.is_none() {
             return Ok(true);
         }
         for claim in &won_now {
@@ -156,6 +175,44 @@ impl<C: ClaimStore> Webhook<C> {
         match failure {
             Some(e) => Err(e),
             None => Ok(false),
+        }
+    }
+
+    /// Replace a stale claim of ours with a fresh one (new request uid, new creation
+    /// time).
+    async fn refresh(
+        &self,
+        old: AllocationClaim,
+        me: &ServiceRef,
+    ) -> Result<Refreshed, ServiceError> {
+        let Some((key, _, value)) = old.holding() else {
+            return Ok(Refreshed::Lost);
+        };
+        self.claims.release(&old).await;
+        lock(&self.state).remove(&key);
+        match self
+            .claims
+            .claim(AllocationClaim::for_value(value, me))
+            .await
+        {
+            Ok(Claimed::Won(created)) => {
+                lock(&self.state).set(key, Some(me.clone()), vec![value]);
+                Ok(Refreshed::Won(created))
+            }
+            Ok(Claimed::Taken(winner)) => {
+                let owner = winner.spec.owner();
+                let ours = owner.matches(me);
+                lock(&self.state).set(key, Some(owner), vec![value]);
+                Ok(if ours {
+                    Refreshed::Ours
+                } else {
+                    Refreshed::Lost
+                })
+            }
+            Err(e) => Err(ServiceError::Internal(format!(
+                "failed to reserve {}: {e}",
+                describe(value)
+            ))),
         }
     }
 
@@ -180,6 +237,16 @@ fn decision_of_mutate(d: MutateDecision) -> review::Verdict {
         } => review::Verdict::Allow { patch, warnings },
         MutateDecision::Deny(e) => review::Verdict::Deny(e),
     }
+}
+
+/// Outcome of refreshing a stale claim.
+enum Refreshed {
+    /// A fresh claim was created (to give back if the request loses another race).
+    Won(Box<AllocationClaim>),
+    /// Someone re-created it for this same Service meanwhile: still ours.
+    Ours,
+    /// Another Service's request took the value in between.
+    Lost,
 }
 
 fn describe(v: Claim) -> String {

@@ -6,9 +6,8 @@
 //! source, because "no Service holds it" means nothing before the Services are listed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use svcplane_allocator::Claim;
@@ -17,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::watch::{Readiness, SharedState, lock};
 use crate::claim::AllocationClaim;
-use crate::claim::repair::{ClaimRecord, claims_to_release};
+use crate::claim::repair::{ClaimRecord, UnusedClaims};
 use crate::state::{AllocationState, HolderKey};
 
 /// Settings of the repair loop.
@@ -37,19 +36,22 @@ pub fn held_by_service(state: &AllocationState, value: Claim) -> bool {
         .any(|h| matches!(h.key, HolderKey::Service { .. }))
 }
 
-/// One pass: list claims, release the unused ones. Returns how many were deleted.
+/// One pass at `now`: list claims, release those `unused` has seen unused for `grace`.
+/// Returns how many were deleted.
 pub async fn repair_once(
     client: &Client,
     state: &SharedState,
+    unused: &mut UnusedClaims,
     grace: Duration,
-    now: Timestamp,
+    now: Instant,
 ) -> Result<usize, kube::Error> {
     let api: Api<AllocationClaim> = Api::all(client.clone());
     let claims = api.list(&ListParams::default()).await?;
     let records: Vec<ClaimRecord> = claims.items.iter().map(ClaimRecord::of).collect();
     let doomed: Vec<(ClaimRecord, &'static str)> = {
         let st = lock(state);
-        claims_to_release(&records, |v| held_by_service(&st, v), now, grace)
+        unused
+            .claims_to_release(&records, |v| held_by_service(&st, v), now, grace)
             .into_iter()
             .map(|(c, why)| (c.clone(), why.label()))
             .collect()
@@ -89,6 +91,7 @@ pub async fn run(
     config: RepairConfig,
     cancel: CancellationToken,
 ) {
+    let mut unused = UnusedClaims::default();
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -100,7 +103,9 @@ pub async fn run(
             debug!("claim repair skipped: allocation state not loaded yet");
             continue;
         }
-        if let Err(e) = repair_once(&client, &state, config.grace, Timestamp::now()).await {
+        if let Err(e) =
+            repair_once(&client, &state, &mut unused, config.grace, Instant::now()).await
+        {
             warn!(error = %e, "claim repair pass failed; retrying next interval");
         }
     }

@@ -46,10 +46,12 @@ impl ServiceRef {
     /// Does a holder owned by `self` belong to the Service `candidate`?
     ///
     /// Same namespace, and: both named and the names are equal; or the same admission
-    /// request; or `self` is a name-less (generateName) reservation and the candidate's
-    /// generated name starts with its prefix — the validating call of the same create
-    /// sees the generated name. Two name-less creates never match each other, so
-    /// concurrent `generateName` creates cannot share a value.
+    /// request; or `self` is a name-less (generateName) reservation and the candidate
+    /// is a Service the API server named from that same `generateName` (the validating
+    /// call of the create, or a later update of it): its name is the prefix plus a
+    /// five-character suffix from the API server's alphabet. A Service someone named by
+    /// hand never matches a name-less reservation, even if its name shares the prefix,
+    /// and two name-less creates never match each other.
     pub fn matches(&self, candidate: &ServiceRef) -> bool {
         if self.namespace != candidate.namespace {
             return false;
@@ -62,9 +64,24 @@ impl ServiceRef {
         }
         self.name.is_empty()
             && !self.generate_name.is_empty()
-            && !candidate.name.is_empty()
-            && candidate.name.starts_with(&self.generate_name)
+            && candidate.generate_name == self.generate_name
+            && is_generated_from(&candidate.name, &self.generate_name)
     }
+}
+
+/// Could the API server have named an object `name` from `generate_name`? It keeps at
+/// most 58 characters of the prefix and appends 5 from a fixed alphabet.
+fn is_generated_from(name: &str, generate_name: &str) -> bool {
+    const MAX_PREFIX: usize = 63 - SUFFIX_LEN;
+    const SUFFIX_LEN: usize = 5;
+    const ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+    let prefix = match generate_name.char_indices().nth(MAX_PREFIX) {
+        Some((i, _)) => &generate_name[..i],
+        None => generate_name,
+    };
+    name.len() == prefix.len() + SUFFIX_LEN
+        && name.starts_with(prefix)
+        && name[prefix.len()..].chars().all(|c| ALPHABET.contains(c))
 }
 
 /// Identity of one holder of values.
@@ -341,6 +358,17 @@ impl AllocationState {
         for v in values {
             mark(&mut self.allocators, *v);
         }
+    }
+}
+
+/// Before an update is re-allocated with the Service's own values freed: mark again
+/// the values the stored (old) Service keeps. The update path never re-allocates kept
+/// values, so without this a dynamic pick for a new port or healthCheckNodePort could
+/// return one the Service already uses (one nodePort for two port numbers).
+pub fn hold_kept_values(allocators: &mut Allocators, old: &k8s_openapi::api::core::v1::Service) {
+    let view = svcplane_allocator::SvcView::from_service(old);
+    for v in svcplane_allocator::service::claims_of(&view) {
+        mark(allocators, v);
     }
 }
 

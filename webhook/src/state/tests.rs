@@ -113,9 +113,16 @@ fn generate_name_reservations_match_their_request_and_generated_names_only() {
     let owner = ServiceRef::of_request("ns", "", "web-", "uid-1");
     assert!(owner.matches(&ServiceRef::of_request("ns", "", "web-", "uid-1")));
     assert!(!owner.matches(&ServiceRef::of_request("ns", "", "web-", "uid-2")));
-    assert!(owner.matches(&ServiceRef::named("ns", "web-x7k2p")));
-    assert!(!owner.matches(&ServiceRef::named("ns", "api-x7k2p")));
-    assert!(!owner.matches(&ServiceRef::named("other", "web-x7k2p")));
+    // The validating call of the same create sees the generated name.
+    let generated = |ns: &str, name: &str| ServiceRef::of_request(ns, name, "web-", "uid-9");
+    assert!(owner.matches(&generated("ns", "web-x7k2p")));
+    assert!(!owner.matches(&generated("other", "web-x7k2p")));
+    // Not a name the API server generates from "web-": wrong length or alphabet.
+    assert!(!owner.matches(&generated("ns", "web-api")));
+    assert!(!owner.matches(&generated("ns", "web-x7k2a")));
+    // A Service named by hand never matches, even with the prefix.
+    assert!(!owner.matches(&ServiceRef::named("ns", "web-x7k2p")));
+    assert!(!owner.matches(&ServiceRef::of_request("ns", "web-x7k2p", "", "uid-10")));
     let named = ServiceRef::of_request("ns", "web", "", "uid-3");
     assert!(named.matches(&ServiceRef::named("ns", "web")));
     assert!(!named.matches(&ServiceRef::named("ns", "webx")));
@@ -199,8 +206,8 @@ fn own_values_are_found_through_every_kind_of_owner() {
     // Held by the Service, by its generateName reservation, and by a claim of the
     // same request: all three count as its own when it is re-evaluated.
     s.set(
-        svc_key("web-x1"),
-        Some(ServiceRef::named("ns", "web-x1")),
+        svc_key("web-x7k2p"),
+        Some(ServiceRef::named("ns", "web-x7k2p")),
         vec![ip("10.0.0.5")],
     );
     s.set(
@@ -212,14 +219,14 @@ fn own_values_are_found_through_every_kind_of_owner() {
         HolderKey::Pending {
             request_uid: "uid-2".into(),
         },
-        Some(ServiceRef::of_request("ns", "web-x1", "", "uid-2")),
+        Some(ServiceRef::of_request("ns", "web-x7k2p", "", "uid-2")),
         vec![ip("10.0.0.7")],
     );
-    let me = ServiceRef::of_request("ns", "web-x1", "web-", "uid-3");
+    let me = ServiceRef::of_request("ns", "web-x7k2p", "web-", "uid-3");
     for a in ["10.0.0.5", "10.0.0.6", "10.0.0.7"] {
         assert!(
             s.evaluate(&me, |al| static_ip(al, a)).is_ok(),
-            "{a} should count as web-x1's own"
+            "{a} should count as web-x7k2p's own"
         );
     }
     // Someone else's Service sees all three as taken.
@@ -230,4 +237,26 @@ fn own_values_are_found_through_every_kind_of_owner() {
     // Removing holders keeps the index consistent.
     s.remove(&HolderKey::Claim { name: "c".into() });
     assert!(s.evaluate(&other, |al| static_ip(al, "10.0.0.6")).is_ok());
+}
+
+#[test]
+fn a_named_service_sharing_a_generate_name_prefix_cannot_take_a_pending_value() {
+    let mut s = AllocationState::new(allocators());
+    // Request A: an in-flight generateName create holding 10.0.0.5.
+    let a = ServiceRef::of_request("ns", "", "web-", "uid-a");
+    s.reserve(&a, |al| static_ip(al, "10.0.0.5")).unwrap();
+    // Request B: a Service named web-abcde by hand.
+    let b = ServiceRef::of_request("ns", "web-bcdfg", "", "uid-b");
+    assert!(s.reserve(&b, |al| static_ip(al, "10.0.0.5")).is_err());
+    assert!(s.held_by_other(ip("10.0.0.5"), &b).is_some());
+}
+
+#[test]
+fn generated_names_follow_the_api_servers_rules() {
+    let long = "a".repeat(70);
+    let owner = ServiceRef::of_request("ns", "", &long, "u");
+    let name = format!("{}{}", "a".repeat(58), "bcd2f");
+    assert!(owner.matches(&ServiceRef::of_request("ns", &name, &long, "v")));
+    let too_long = format!("{}{}", "a".repeat(59), "bcd2f");
+    assert!(!owner.matches(&ServiceRef::of_request("ns", &too_long, &long, "v")));
 }

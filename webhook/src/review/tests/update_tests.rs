@@ -1,7 +1,7 @@
 //! Mutation on UPDATE (allocation-spec §5.1, §5.3, §7.3, §7.4, §13.1).
 
 use serde_json::{Value, json};
-use svcplane_allocator::Claim;
+use svcplane_allocator::{AllocatorConfig, Claim};
 
 use super::*;
 use crate::review::mutate;
@@ -255,4 +255,68 @@ fn rule_8_4_changed_cluster_ip_is_left_to_the_api_server() {
     assert_eq!(ops(&d), json!([]));
     assert!(reserved(&d).is_empty());
     assert_eq!(marked(&st), before);
+}
+
+/// An update adding a port or turning `Local` must never be handed a nodePort the
+/// same Service already uses (one nodePort for two port numbers, §13.4): with the
+/// Service's own values freed for re-evaluation, the kept ones are held again.
+#[test]
+fn rule_13_4_an_update_never_reuses_a_node_port_the_service_keeps() {
+    for seed in 0..40u64 {
+        let mut st = AllocationState::new(
+            AllocatorConfig::from_flags("10.0.0.0/24", "30000-30001")
+                .unwrap()
+                .allocators(seed)
+                .unwrap(),
+        );
+        let spec = |ports: Value, etp: &str| {
+            json!({
+                "type": "LoadBalancer", "allocateLoadBalancerNodePorts": true,
+                "clusterIP": "10.0.0.50", "clusterIPs": ["10.0.0.50"],
+                "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                "externalTrafficPolicy": etp, "ports": ports, "selector": {"app": "x"}
+            })
+        };
+        let old = svc(
+            "web",
+            spec(
+                json!([{"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30000}]),
+                "Cluster",
+            ),
+        );
+        hold_self(&mut st, vec![cip("10.0.0.50"), Claim::NodePort(30000)]);
+        // A second port number (other protocol): gets the only other port.
+        let new = svc(
+            "web",
+            spec(
+                json!([
+                    {"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30000},
+                    {"name": "b", "port": 81, "protocol": "UDP"}
+                ]),
+                "Cluster",
+            ),
+        );
+        let req = update(new, old.clone());
+        let d = mutate(&req, &mut st);
+        let doc = patched(&req, &d);
+        assert_eq!(doc["spec"]["ports"][1]["nodePort"], 30001, "seed {seed}");
+        st.remove(&HolderKey::Pending {
+            request_uid: "uid-2".into(),
+        });
+        // Turning Local needs a healthCheckNodePort: the only free one, never 30000.
+        let local = svc(
+            "web",
+            spec(
+                json!([{"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30000}]),
+                "Local",
+            ),
+        );
+        let req = update(local, old);
+        let d = mutate(&req, &mut st);
+        assert_eq!(
+            patched(&req, &d)["spec"]["healthCheckNodePort"],
+            30001,
+            "seed {seed}"
+        );
+    }
 }
