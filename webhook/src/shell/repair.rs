@@ -2,8 +2,9 @@
 //!
 //! Every replica may run it: deletes carry the claim's uid as a precondition, so a claim
 //! released and re-taken in between is never deleted by a stale decision, and a claim
-//! already gone counts as released. A pass is skipped until the state has loaded every
-//! source, because "no Service holds it" means nothing before the Services are listed.
+//! already gone counts as released. A pass is skipped (and the unused-time record
+//! cleared) while the Service or claim watch is not in sync — before the first list, while
+//! it fails, while it re-lists — because "no Service holds it" then means nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,8 +100,10 @@ pub async fn run(
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if !readiness.all() {
-            debug!("claim repair skipped: allocation state not loaded yet");
+        if !readiness.repair_safe() {
+            // What was seen unused before the outage proves nothing about now.
+            unused = UnusedClaims::default();
+            debug!("claim repair skipped: the Service or claim watch is not in sync");
             continue;
         }
         if let Err(e) =

@@ -37,12 +37,15 @@ pub fn lock(state: &SharedState) -> MutexGuard<'_, AllocationState> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Which sources have completed their first list.
+/// Which sources have completed their first list, and which are currently in sync
+/// (not failing, not in the middle of a re-list).
 #[derive(Debug, Default)]
 pub struct Readiness {
     services: AtomicBool,
     claims: AtomicBool,
     ip_addresses: AtomicBool,
+    services_in_sync: AtomicBool,
+    claims_in_sync: AtomicBool,
 }
 
 impl Readiness {
@@ -62,6 +65,25 @@ impl Readiness {
     /// Has `kind` completed a list?
     pub fn is_synced(&self, kind: SourceKind) -> bool {
         self.flag(kind).load(Ordering::Acquire)
+    }
+
+    /// Record whether `kind`'s watch is currently in sync. Only Services and claims
+    /// are tracked: they are what the repair loop's decisions rest on.
+    pub fn set_in_sync(&self, kind: SourceKind, in_sync: bool) {
+        let flag = match kind {
+            SourceKind::Services => &self.services_in_sync,
+            SourceKind::Claims => &self.claims_in_sync,
+            SourceKind::IpAddresses => return,
+        };
+        flag.store(in_sync, Ordering::Release);
+    }
+
+    /// Are the Service and claim watches both in sync right now? While one fails (or
+    /// re-lists) "no Service holds this value" may just mean "not seen yet".
+    pub fn repair_safe(&self) -> bool {
+        self.all()
+            && self.services_in_sync.load(Ordering::Acquire)
+            && self.claims_in_sync.load(Ordering::Acquire)
     }
 
     /// Every source synced.
@@ -286,6 +308,24 @@ mod tests {
         assert!(has(&s, "10.0.0.3"));
         apply_event(&mut s, Event::Delete(claim("10.0.0.3")), &mut seen);
         assert!(!has(&s, "10.0.0.3"));
+    }
+
+    #[test]
+    fn repair_waits_for_services_and_claims_to_be_in_sync() {
+        let r = Readiness::default();
+        for k in [
+            SourceKind::Services,
+            SourceKind::Claims,
+            SourceKind::IpAddresses,
+        ] {
+            r.set(k);
+        }
+        assert!(!r.repair_safe());
+        r.set_in_sync(SourceKind::Services, true);
+        r.set_in_sync(SourceKind::Claims, true);
+        assert!(r.repair_safe());
+        r.set_in_sync(SourceKind::Services, false);
+        assert!(!r.repair_safe(), "a failing Service watch");
     }
 
     #[test]
