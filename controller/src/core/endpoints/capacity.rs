@@ -21,17 +21,18 @@ fn share(n: usize, total: usize, budget: usize) -> usize {
     take
 }
 
-/// Truncates `subsets` (in their order) to [`MAX_CAPACITY`] addresses and
-/// returns whether anything was dropped. Ready addresses come first: when
-/// they fit, the remaining budget is shared over the not-ready lists in
-/// proportion; when they do not, every not-ready address is dropped and the
-/// 1000 are shared over the ready lists. Each list keeps its first entries.
-pub fn truncate(subsets: &mut [EndpointSubset]) -> bool {
-    let len = |v: &Option<Vec<_>>| v.as_ref().map_or(0, Vec::len);
-    let total_ready: usize = subsets.iter().map(|s| len(&s.addresses)).sum();
-    let total_not_ready: usize = subsets.iter().map(|s| len(&s.not_ready_addresses)).sum();
+/// How many entries each list keeps under the cap, given the `(ready,
+/// not_ready)` list lengths of the subsets in their order; `None` when
+/// everything fits. Ready addresses come first: when they fit, the remaining
+/// budget is shared over the not-ready lists in proportion; when they do not,
+/// every not-ready address is dropped and the 1000 are shared over the ready
+/// lists. Only lengths matter, so callers can decide the cut before sorting
+/// or copying the addresses.
+pub fn keep_counts(lens: &[(usize, usize)]) -> Option<Vec<(usize, usize)>> {
+    let total_ready: usize = lens.iter().map(|l| l.0).sum();
+    let total_not_ready: usize = lens.iter().map(|l| l.1).sum();
     if total_ready + total_not_ready <= MAX_CAPACITY {
-        return false;
+        return None;
     }
     let truncate_ready = total_ready > MAX_CAPACITY;
     let (budget, total) = if truncate_ready {
@@ -40,22 +41,46 @@ pub fn truncate(subsets: &mut [EndpointSubset]) -> bool {
         (MAX_CAPACITY - total_ready, total_not_ready)
     };
     let mut left = budget;
-    for s in subsets.iter_mut() {
-        let list = if truncate_ready {
-            s.not_ready_addresses = None;
-            &mut s.addresses
-        } else {
-            &mut s.not_ready_addresses
-        };
-        let n = len(list);
-        let take = share(n, total, budget).min(left);
-        if let Some(v) = list.as_mut() {
-            v.truncate(take);
+    let keep = lens
+        .iter()
+        .map(|&(ready, not_ready)| {
+            let n = if truncate_ready { ready } else { not_ready };
+            let take = share(n, total, budget).min(left).min(n);
+            left -= take;
+            if truncate_ready {
+                (take, 0)
+            } else {
+                (ready, take)
+            }
+        })
+        .collect();
+    Some(keep)
+}
+
+/// Truncates `subsets` (in their order) to [`MAX_CAPACITY`] addresses as
+/// [`keep_counts`] decides and returns whether anything was dropped. Each
+/// list keeps its first entries; a list left empty becomes `None`.
+pub fn truncate(subsets: &mut [EndpointSubset]) -> bool {
+    let len = |v: &Option<Vec<_>>| v.as_ref().map_or(0, Vec::len);
+    let lens: Vec<(usize, usize)> = subsets
+        .iter()
+        .map(|s| (len(&s.addresses), len(&s.not_ready_addresses)))
+        .collect();
+    let Some(keep) = keep_counts(&lens) else {
+        return false;
+    };
+    for (s, (ready, not_ready)) in subsets.iter_mut().zip(keep) {
+        for (list, take) in [
+            (&mut s.addresses, ready),
+            (&mut s.not_ready_addresses, not_ready),
+        ] {
+            if let Some(v) = list.as_mut() {
+                v.truncate(take);
+            }
+            if list.as_ref().is_some_and(Vec::is_empty) {
+                *list = None;
+            }
         }
-        if list.as_ref().is_some_and(Vec::is_empty) {
-            *list = None;
-        }
-        left -= len(list);
     }
     true
 }

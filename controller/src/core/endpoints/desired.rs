@@ -1,10 +1,9 @@
 //! Subsets from the Pods a Service selects (endpoints-spec §4.2 steps 1–5),
 //! repacked (step 6).
 
-use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, ObjectReference, Pod, Service,
-};
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, ObjectReference, Pod, Service};
 
+use super::capacity;
 use super::repack::{self, Entry, PortKey};
 use crate::core::ip::{self, Family};
 use crate::core::keys::CLUSTER_IP_NONE;
@@ -87,6 +86,32 @@ pub struct DesiredCounts {
 /// The canonical (untruncated) subsets for `pods`, which must be the Pods
 /// the Service selects.
 pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, DesiredCounts) {
+    with_entries(service, pods, repack::repack)
+}
+
+/// The canonical subsets for `pods` cut to the 1000-address cap (§4.3),
+/// with the number of addresses before the cut and whether anything was
+/// cut. Same result as [`desired_subsets`] followed by
+/// [`capacity::truncate`], without sorting or copying the addresses that
+/// the cut drops (which, for an over-capacity Service, is most of them).
+pub fn capped_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, usize, bool) {
+    let mut truncated = false;
+    let ((subsets, total), _counts) = with_entries(service, pods, |entries| {
+        repack::repack_with(entries, |lens| {
+            let keep = capacity::keep_counts(lens);
+            truncated = keep.is_some();
+            keep
+        })
+    });
+    (subsets, total, truncated)
+}
+
+/// Builds the repack entries for `pods` and hands them to `f`.
+fn with_entries<R>(
+    service: &Service,
+    pods: &[&Pod],
+    f: impl FnOnce(&[Entry<'_>]) -> R,
+) -> (R, DesiredCounts) {
     let spec = service.spec.as_ref();
     let pnr = spec
         .and_then(|s| s.publish_not_ready_addresses)
@@ -96,7 +121,7 @@ pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>
     let family = primary_family(service);
 
     // Owned addresses and ports first; the repack entries borrow them.
-    let mut built: Vec<(EndpointAddress, bool, Vec<EndpointPort>)> = Vec::with_capacity(pods.len());
+    let mut built: Vec<(EndpointAddress, bool, Vec<PortKey<'_>>)> = Vec::with_capacity(pods.len());
     for p in pods {
         if !pod::is_eligible(p, pnr) {
             continue;
@@ -112,14 +137,17 @@ pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>
             }
             continue;
         }
-        let ports: Vec<EndpointPort> = service_ports
+        // Ports as keys borrowing the Service's strings: the same value
+        // `PortKey::of` gives for the `EndpointPort` upstream builds, without
+        // allocating strings per Pod.
+        let ports: Vec<PortKey<'_>> = service_ports
             .iter()
             .filter_map(|sp| {
-                pod::find_port(p, sp).map(|n| EndpointPort {
-                    name: sp.name.clone().filter(|n| !n.is_empty()),
+                pod::find_port(p, sp).map(|n| PortKey {
+                    name: sp.name.as_deref().unwrap_or(""),
                     port: n,
-                    protocol: Some(pod::service_port_protocol(sp).to_owned()),
-                    app_protocol: sp.app_protocol.clone(),
+                    protocol: pod::service_port_protocol(sp),
+                    app_protocol: sp.app_protocol.as_deref(),
                 })
             })
             .collect();
@@ -147,9 +175,9 @@ pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>
             entries.push(Entry {
                 address,
                 ready: *ready,
-                port: PortKey::of(port),
+                port: *port,
             });
         }
     }
-    (repack::repack(&entries), counts)
+    (f(&entries), counts)
 }

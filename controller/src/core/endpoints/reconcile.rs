@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-use super::capacity::{self, MAX_CAPACITY};
-use super::desired::desired_subsets;
+use super::capacity::MAX_CAPACITY;
+use super::desired::capped_subsets;
 use super::repack::{address_count, subsets_equivalent};
 use super::{
     CONTROLLER_NAME, EndpointsPlan, EndpointsRef, EndpointsWrite, OVER_CAPACITY_TRUNCATED, Outcome,
@@ -121,10 +121,11 @@ pub fn reconcile(inputs: &Inputs<'_>) -> Outcome {
         return Outcome::Skipped(SkipReason::NoSelector);
     }
     let pods = selected_pods(service, inputs.pods);
-    let (desired, _counts) = desired_subsets(service, &pods);
-    let desired_addresses = address_count(&desired);
-    let mut written = desired.clone();
-    let truncated = capacity::truncate(&mut written);
+    // The subsets cut to the cap in one pass: an over-capacity Service's
+    // untruncated subsets are only needed for their size, so they are never
+    // sorted or copied in full. Not truncated ⇒ `written` is the untruncated
+    // desired content.
+    let (written, desired_addresses, truncated) = capped_subsets(service, &pods);
     let labels = endpoints_labels(service);
 
     if let Some(existing) = inputs.existing {
@@ -139,7 +140,7 @@ pub fn reconcile(inputs: &Inputs<'_>) -> Outcome {
             } else {
                 address_count(have) <= MAX_CAPACITY
                     && annotation(existing, ANNOTATION_OVER_CAPACITY).is_none()
-                    && subsets_equivalent(have, &desired)
+                    && subsets_equivalent(have, &written)
             };
         if in_sync {
             return Outcome::Planned(EndpointsPlan {

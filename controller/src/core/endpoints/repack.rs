@@ -106,6 +106,25 @@ fn address_key(a: &EndpointAddress) -> (&str, &str) {
 
 /// Repacks entries into canonical subsets, sorted by [`NormSubset`] order.
 pub fn repack(entries: &[Entry<'_>]) -> Vec<EndpointSubset> {
+    repack_with(entries, |_| None).0
+}
+
+/// [`repack`], then cut to at most `keep(lens)` entries per list, where
+/// `lens` are the `(ready, not_ready)` lengths of the canonical subsets in
+/// order (see [`super::capacity::keep_counts`]). Returns the cut subsets and
+/// the number of addresses before the cut.
+///
+/// Equal to repacking and then truncating each list to its first entries,
+/// but faster: the cut depends only on list lengths and subset order, so it
+/// is decided before the addresses are sorted or copied. A list that loses
+/// entries is only partially sorted (select the kept prefix, then sort it)
+/// and only kept addresses are cloned. This is exact because no two
+/// distinct addresses compare equal: addresses are deduplicated by IP and
+/// UID, both part of [`NormAddress`], so the kept prefix is unique.
+pub fn repack_with(
+    entries: &[Entry<'_>],
+    keep: impl FnOnce(&[(usize, usize)]) -> Option<Vec<(usize, usize)>>,
+) -> (Vec<EndpointSubset>, usize) {
     // Distinct addresses, first occurrence kept (upstream copies the first).
     let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(entries.len());
     let mut addresses: Vec<&EndpointAddress> = Vec::new();
@@ -131,29 +150,83 @@ pub fn repack(entries: &[Entry<'_>]) -> Vec<EndpointSubset> {
             ports.push(port);
         }
     }
-    let mut subsets: Vec<EndpointSubset> = by_set
+    // Comparison keys, computed once per address rather than per comparison.
+    let norm: Vec<NormAddress<'_>> = addresses.iter().map(|a| NormAddress::of(a)).collect();
+    let by_norm = |x: &usize, y: &usize| norm[*x].cmp(&norm[*y]);
+
+    // Subsets as index lists, not yet sorted; ports come sorted from
+    // `by_port`, whose order is the `PortKey` order.
+    let mut packed: Vec<Packed<'_>> = by_set
         .into_iter()
         .map(|(set, ports)| {
-            let mut ready = Vec::new();
-            let mut not_ready = Vec::new();
-            for (i, r) in set {
-                let Some(a) = addresses.get(i) else { continue };
-                if r {
-                    ready.push((*a).clone());
-                } else {
-                    not_ready.push((*a).clone());
-                }
-            }
-            EndpointSubset {
-                addresses: (!ready.is_empty()).then_some(ready),
-                not_ready_addresses: (!not_ready.is_empty()).then_some(not_ready),
-                ports: (!ports.is_empty())
-                    .then(|| ports.into_iter().map(PortKey::to_port).collect()),
+            let (ready, not_ready): (Vec<_>, Vec<_>) = set.into_iter().partition(|(_, r)| *r);
+            Packed {
+                ready: ready.into_iter().map(|(i, _)| i).collect(),
+                not_ready: not_ready.into_iter().map(|(i, _)| i).collect(),
+                ports,
+                sorted: false,
             }
         })
         .collect();
-    sort_subsets(&mut subsets);
-    subsets
+    // Subset order compares ports first. Real ports belong to exactly one
+    // address set, so subsets with ports never tie on them; only several
+    // port-less subsets can, and then their (sorted) addresses decide. Sort
+    // exactly those lists up front so the comparison below is well defined.
+    if packed.iter().filter(|p| p.ports.is_empty()).count() > 1 {
+        for p in packed.iter_mut().filter(|p| p.ports.is_empty()) {
+            p.ready.sort_unstable_by(by_norm);
+            p.not_ready.sort_unstable_by(by_norm);
+            p.sorted = true;
+        }
+    }
+    packed.sort_unstable_by(|x, y| {
+        x.ports.cmp(&y.ports).then_with(|| {
+            let list = |v: &[usize]| v.iter().map(|i| &norm[*i]).collect::<Vec<_>>();
+            debug_assert!(x.sorted && y.sorted);
+            list(&x.ready)
+                .cmp(&list(&y.ready))
+                .then_with(|| list(&x.not_ready).cmp(&list(&y.not_ready)))
+        })
+    });
+
+    let lens: Vec<(usize, usize)> = packed
+        .iter()
+        .map(|p| (p.ready.len(), p.not_ready.len()))
+        .collect();
+    let total = lens.iter().map(|(r, n)| r + n).sum();
+    let takes = keep(&lens).unwrap_or(lens);
+    // Sorts the kept prefix of one list and clones it.
+    let cut = |mut list: Vec<usize>, take: usize| -> Option<Vec<EndpointAddress>> {
+        if take == 0 {
+            return None;
+        }
+        if take < list.len() {
+            list.select_nth_unstable_by(take - 1, by_norm);
+            list.truncate(take);
+        }
+        list.sort_unstable_by(by_norm);
+        Some(list.into_iter().map(|i| addresses[i].clone()).collect())
+    };
+    let subsets = packed
+        .into_iter()
+        .zip(takes)
+        .map(|(p, (take_ready, take_not_ready))| EndpointSubset {
+            addresses: cut(p.ready, take_ready),
+            not_ready_addresses: cut(p.not_ready, take_not_ready),
+            ports: (!p.ports.is_empty())
+                .then(|| p.ports.into_iter().map(PortKey::to_port).collect()),
+        })
+        .collect();
+    (subsets, total)
+}
+
+/// One repacked subset as indices into the distinct addresses.
+struct Packed<'a> {
+    ready: Vec<usize>,
+    not_ready: Vec<usize>,
+    ports: Vec<PortKey<'a>>,
+    /// Whether both lists are already in [`NormAddress`] order.
+    sorted: bool,
 }
 
 /// Sorts addresses (IP bytes, then UID), ports and subsets into the canonical

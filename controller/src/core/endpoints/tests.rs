@@ -708,3 +708,40 @@ fn rule_4_6_create_when_missing_update_with_cached_resource_version() {
     assert_eq!(u.metadata.resource_version.as_deref(), Some("1"));
     assert_eq!(u.metadata.uid.as_deref(), Some("uid-ep-web"));
 }
+
+/// The one-pass cut (`capped_subsets`) gives exactly what repacking in full
+/// and then truncating gives, for ready and not-ready over-capacity mixes
+/// spread over several subsets.
+#[rstest]
+#[case::ready_over(3000, 7)]
+#[case::not_ready_share(900, 3)]
+#[case::under(400, 2)]
+fn rule_4_3_one_pass_cut_equals_repack_then_truncate(#[case] n: usize, #[case] every: usize) {
+    let service = svc("web")
+        .named_port("http", 80, "http")
+        .named_port("metrics", 9090, "metrics")
+        .build();
+    let pods: Vec<Arc<Pod>> = (0..n)
+        .rev()
+        .map(|i| {
+            let mut p = pod(&format!("web-{i:05}"), "web")
+                .ip(&ipv4_nth(i))
+                .container_port("http", 8080);
+            if i % 3 == 0 {
+                p = p.container_port("metrics", 9090);
+            }
+            p = if i % every == 0 {
+                p.not_ready()
+            } else {
+                p.ready()
+            };
+            p.arc()
+        })
+        .collect();
+    let selected: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+    let (mut full, _) = super::desired::desired_subsets(&service, &selected);
+    let total = super::repack::address_count(&full);
+    let truncated = super::capacity::truncate(&mut full);
+    let (cut, cut_total, cut_truncated) = super::desired::capped_subsets(&service, &selected);
+    assert_eq!((cut, cut_total, cut_truncated), (full, total, truncated));
+}
