@@ -58,6 +58,9 @@ pub struct WebhookArgs {
     #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
     pub tls_private_key_file: PathBuf,
 
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+
     /// How often the certificate files are checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration,
           env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
@@ -68,27 +71,6 @@ pub struct WebhookArgs {
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration,
           env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
     pub webhook_request_timeout: std::time::Duration,
-
-    /// Service ClusterIP range(s): one CIDR, or one per family separated by a
-    /// comma (primary family first). Must match kube-apiserver's.
-    #[arg(
-        long,
-        value_name = "CIDRS",
-        default_value = svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE,
-        value_parser = parse_cluster_ip_ranges,
-        env = "SVCPLANE_SERVICE_CLUSTER_IP_RANGE"
-    )]
-    pub service_cluster_ip_range: String,
-
-    /// NodePort range, `LOW-HIGH` (inclusive). Must match kube-apiserver's.
-    #[arg(
-        long,
-        value_name = "LOW-HIGH",
-        default_value = svcplane_allocator::DEFAULT_SERVICE_NODE_PORT_RANGE,
-        value_parser = parse_node_port_range,
-        env = "SVCPLANE_SERVICE_NODE_PORT_RANGE"
-    )]
-    pub service_node_port_range: String,
 
     /// An AllocationClaim no Service uses is released once it is this old.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
@@ -182,24 +164,45 @@ pub struct PlanArgs {
     #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
 
-    /// Service ClusterIP range(s) for the allocator: one CIDR, or one per
-    /// family separated by a comma (primary family first).
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+}
+
+/// The allocator's range flags, shared by every subcommand that allocates.
+#[derive(Debug, Clone, Args)]
+pub struct AllocatorRanges {
+    /// Service ClusterIP range(s): one CIDR, or one per family separated by a
+    /// comma (primary family first). Must match kube-apiserver's.
     #[arg(
         long,
         value_name = "CIDRS",
         default_value = svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE,
-        value_parser = parse_cluster_ip_ranges
+        value_parser = parse_cluster_ip_ranges,
+        env = "SVCPLANE_SERVICE_CLUSTER_IP_RANGE"
     )]
     pub service_cluster_ip_range: String,
 
-    /// NodePort range for the allocator, `LOW-HIGH` (inclusive).
+    /// NodePort range, `LOW-HIGH` (inclusive). Must match kube-apiserver's.
     #[arg(
         long,
         value_name = "LOW-HIGH",
         default_value = svcplane_allocator::DEFAULT_SERVICE_NODE_PORT_RANGE,
-        value_parser = parse_node_port_range
+        value_parser = parse_node_port_range,
+        env = "SVCPLANE_SERVICE_NODE_PORT_RANGE"
     )]
     pub service_node_port_range: String,
+}
+
+impl AllocatorRanges {
+    /// The allocator configuration (both values were validated while parsing).
+    pub fn config(
+        &self,
+    ) -> Result<svcplane_allocator::AllocatorConfig, svcplane_allocator::ConfigError> {
+        svcplane_allocator::AllocatorConfig::from_flags(
+            &self.service_cluster_ip_range,
+            &self.service_node_port_range,
+        )
+    }
 }
 
 /// Validates `--service-cluster-ip-range` with the allocator's own parser,
@@ -326,8 +329,8 @@ mod tests {
         assert_eq!(w.tls_reload_interval, std::time::Duration::from_secs(30));
         assert_eq!(w.claim_grace_period, std::time::Duration::from_secs(60));
         assert_eq!(w.claim_repair_interval, std::time::Duration::from_secs(30));
-        assert_eq!(w.service_cluster_ip_range, "10.96.0.0/12");
-        assert_eq!(w.service_node_port_range, "30000-32767");
+        assert_eq!(w.ranges.service_cluster_ip_range, "10.96.0.0/12");
+        assert_eq!(w.ranges.service_node_port_range, "30000-32767");
         assert_eq!(w.log_format, LogFormat::Text);
         assert_eq!(w.kubeconfig, None);
     }
@@ -374,8 +377,8 @@ mod tests {
         assert!(p.controllers.contains(&Controller::Allocator));
         assert_eq!(p.max_endpoints_per_slice, 100);
         assert_eq!(p.output, OutputFormat::Yaml);
-        assert_eq!(p.service_cluster_ip_range, "10.96.0.0/12");
-        assert_eq!(p.service_node_port_range, "30000-32767");
+        assert_eq!(p.ranges.service_cluster_ip_range, "10.96.0.0/12");
+        assert_eq!(p.ranges.service_node_port_range, "30000-32767");
     }
 
     #[test]

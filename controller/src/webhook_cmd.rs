@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use svcplane_allocator::AllocatorConfig;
 use svcplane_webhook::claim::AllocationClaim;
 use svcplane_webhook::server::{ServerConfig, serve};
 use svcplane_webhook::shell::repair::RepairConfig;
@@ -31,11 +30,10 @@ pub fn run(args: &WebhookArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
-    let allocator = AllocatorConfig::from_flags(
-        &args.service_cluster_ip_range,
-        &args.service_node_port_range,
-    )
-    .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+    let allocator = args
+        .ranges
+        .config()
+        .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
     let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
     // Two tokens: a signal stops the server (which drains first), and only then the
     // watches, so requests answered during the drain still see a live state.

@@ -77,10 +77,7 @@ impl TryFrom<&PlanArgs> for PlanOptions {
         Ok(PlanOptions {
             controllers: args.controllers.clone(),
             max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
-            allocator: AllocatorConfig::from_flags(
-                &args.service_cluster_ip_range,
-                &args.service_node_port_range,
-            )?,
+            allocator: args.ranges.config()?,
         })
     }
 }
