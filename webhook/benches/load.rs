@@ -18,8 +18,8 @@
 #![allow(clippy::print_stdout, clippy::expect_used, clippy::unwrap_used)] // bench: printing is its output; a panic is a broken fixture
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -31,18 +31,16 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::RootCertStore;
 use rustls::pki_types::ServerName;
 use serde_json::json;
-use svcplane_allocator::{AllocatorConfig, Claim};
-use svcplane_webhook::claim::AllocationClaim;
 use svcplane_webhook::handler::Endpoint;
 use svcplane_webhook::server::{self, ServerConfig};
-use svcplane_webhook::shell::holders::SourceKind;
-use svcplane_webhook::shell::watch::Readiness;
-use svcplane_webhook::shell::{ClaimError, ClaimStore, Claimed, Webhook};
-use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
+use svcplane_webhook::shell::Webhook;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
+
+#[path = "support/mod.rs"]
+mod support;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -52,54 +50,9 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 // ==================================================================================
 // The handler under load and the bodies it gets.
 
-/// Claims made through the bench's claim store (the validating path must make none).
-static CLAIMS: AtomicUsize = AtomicUsize::new(0);
-
-/// A claim store that always wins, counting calls (the API round trip is not what this
-/// bench measures; the mutating run uses dry-run reviews, which claim nothing).
-struct CountingClaims;
-
-impl ClaimStore for CountingClaims {
-    async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
-        CLAIMS.fetch_add(1, Ordering::Relaxed);
-        Ok(Claimed::Won(Box::new(claim)))
-    }
-
-    async fn release(&self, _claim: &AllocationClaim) {}
-}
-
 /// The real webhook over an allocation state holding 10 000 Services.
-fn make_handler() -> Arc<Webhook<CountingClaims>> {
-    let allocators = AllocatorConfig::from_flags("10.96.0.0/12", "30000-32767")
-        .expect("ranges")
-        .allocators(1)
-        .expect("allocators");
-    let mut st = AllocationState::new(allocators);
-    for i in 0..10_000u32 {
-        let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 10)) + i);
-        let name = format!("svc-{i}");
-        st.set(
-            HolderKey::Service {
-                namespace: "bench".into(),
-                name: name.clone(),
-            },
-            Some(ServiceRef::named("bench", &name)),
-            vec![Claim::Ip(ip.into())],
-        );
-    }
-    let readiness = Arc::new(Readiness::default());
-    for kind in [
-        SourceKind::Services,
-        SourceKind::Claims,
-        SourceKind::IpAddresses,
-    ] {
-        readiness.set(kind);
-    }
-    Arc::new(Webhook::new(
-        Arc::new(Mutex::new(st)),
-        CountingClaims,
-        readiness,
-    ))
+fn make_handler() -> Arc<Webhook<support::CountingClaims>> {
+    Arc::new(support::webhook(support::held_state()))
 }
 
 /// The body every request to `endpoint` posts: an AdmissionReview for a NodePort
@@ -386,9 +339,9 @@ fn main() -> Result<(), Error> {
         );
         for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
             let body = Bytes::from(review_body(endpoint));
-            let claims_before = CLAIMS.load(Ordering::Relaxed);
+            let claims_before = support::CLAIMS.load(Ordering::Relaxed);
             let (mut s, start) = run(running.local_addr, &tls, endpoint, args, body).await;
-            let claims = CLAIMS.load(Ordering::Relaxed) - claims_before;
+            let claims = support::CLAIMS.load(Ordering::Relaxed) - claims_before;
             let elapsed = s.last_done.map_or(Duration::ZERO, |d| d - start);
             let rps = s.from_due.len() as f64 / elapsed.as_secs_f64().max(f64::EPSILON);
             for (label, samples) in [("from due", &mut s.from_due), ("from send", &mut s.from_send)] {

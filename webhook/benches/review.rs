@@ -12,52 +12,15 @@
 
 #![allow(clippy::expect_used)]
 
-use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
-
 use bytes::Bytes;
 use divan::Bencher;
 use serde_json::{Value, json};
-use svcplane_allocator::{AllocatorConfig, Claim};
-use svcplane_webhook::claim::AllocationClaim;
 use svcplane_webhook::handler::{AdmissionHandler, Endpoint};
 use svcplane_webhook::review;
-use svcplane_webhook::shell::watch::Readiness;
-use svcplane_webhook::shell::{ClaimError, ClaimStore, Claimed, Webhook};
-use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
+use svcplane_webhook::state::HolderKey;
 
-const SERVICES: u32 = 10_000;
-
-/// Claims that always win (the API round trip is not what this bench measures).
-struct AlwaysWin;
-
-impl ClaimStore for AlwaysWin {
-    async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
-        Ok(Claimed::Won(Box::new(claim)))
-    }
-
-    async fn release(&self, _claim: &AllocationClaim) {}
-}
-
-fn state() -> AllocationState {
-    let allocators = AllocatorConfig::from_flags("10.96.0.0/12", "30000-32767")
-        .expect("ranges")
-        .allocators(1)
-        .expect("allocators");
-    let mut st = AllocationState::new(allocators);
-    for i in 0..SERVICES {
-        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 10)) + i);
-        st.set(
-            HolderKey::Service {
-                namespace: "bench".into(),
-                name: format!("svc-{i}"),
-            },
-            Some(ServiceRef::named("bench", &format!("svc-{i}"))),
-            vec![Claim::Ip(ip.into())],
-        );
-    }
-    st
-}
+#[path = "support/mod.rs"]
+mod support;
 
 fn body(operation: &str, object: Value, dry_run: bool) -> Bytes {
     Bytes::from(
@@ -118,11 +81,7 @@ fn decode(bencher: Bencher) {
 
 #[divan::bench]
 fn validate_handler(bencher: Bencher) {
-    let webhook = Webhook::new(
-        Arc::new(Mutex::new(state())),
-        AlwaysWin,
-        Arc::new(Readiness::default()),
-    );
+    let webhook = support::webhook(support::held_state());
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -136,8 +95,8 @@ fn validate_handler(bencher: Bencher) {
 
 #[divan::bench]
 fn mutate_handler(bencher: Bencher) {
-    let state = Arc::new(Mutex::new(state()));
-    let webhook = Webhook::new(state.clone(), AlwaysWin, Arc::new(Readiness::default()));
+    let state = support::held_state();
+    let webhook = support::webhook(state.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
