@@ -1,87 +1,221 @@
 //! Pod predicates and Service-port resolution shared by the endpoint
 //! reconcilers (endpoints-spec §1.2, §1.3).
+//!
+//! The reconcilers read Pods only through [`PodView`], so the runtime can
+//! cache a compact copy instead of whole API objects, while `plan`, the
+//! tests and the benches keep passing `Pod`s. Both give the same answers by construction: every
+//! predicate here is written once, over the trait.
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+
+/// The protocol a container port or Service port has when none is set.
+pub const DEFAULT_PROTOCOL: &str = "TCP";
+
+/// The reads the endpoint reconcilers make of a Pod, and nothing more.
+///
+/// Strings are borrowed from the implementor, so desired endpoints can keep
+/// pointing into the cached object instead of copying.
+pub trait PodView {
+    /// `metadata.namespace`, `""` when unset.
+    fn namespace(&self) -> &str;
+    /// `metadata.name`, `""` when unset.
+    fn name(&self) -> &str;
+    /// `metadata.uid`.
+    fn uid(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`.
+    fn resource_version(&self) -> Option<&str>;
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// Every label, sorted by key (byte order, as a `BTreeMap` iterates).
+    fn labels(&self) -> impl Iterator<Item = (&str, &str)>;
+    /// `metadata.deletionTimestamp`.
+    fn deletion_timestamp(&self) -> Option<Timestamp>;
+    /// `spec.nodeName`.
+    fn node_name(&self) -> Option<&str>;
+    /// `spec.hostname`.
+    fn hostname(&self) -> Option<&str>;
+    /// `spec.subdomain`.
+    fn subdomain(&self) -> Option<&str>;
+    /// `status.phase`.
+    fn phase(&self) -> Option<&str>;
+    /// The first `Ready` condition's status is exactly `True`.
+    fn is_ready(&self) -> bool;
+    /// `lastTransitionTime` of the first `Ready` condition.
+    fn ready_transition_time(&self) -> Option<Timestamp>;
+    /// `status.podIP`.
+    fn pod_ip(&self) -> Option<&str>;
+    /// `status.podIPs[*].ip`, in order.
+    fn pod_ips(&self) -> impl Iterator<Item = &str>;
+    /// endpoints-spec §1.3 named-port lookup: regular containers first, then
+    /// initContainers with restartPolicy Always; name AND protocol (absent =
+    /// TCP) must match. The first match wins.
+    fn find_named_port(&self, name: &str, protocol: &str) -> Option<i32>;
+}
+
+/// The first `Ready` condition, which is the one upstream's
+/// `GetPodReadyCondition` reads.
+fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+}
+
+/// Whether an init container is a sidecar (restartPolicy `Always`), whose
+/// ports count for named-port lookup (§1.3).
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
+}
+
+impl PodView for Pod {
+    fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    fn deletion_timestamp(&self) -> Option<Timestamp> {
+        self.metadata.deletion_timestamp.as_ref().map(|t| t.0)
+    }
+
+    fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref()?.node_name.as_deref()
+    }
+
+    fn hostname(&self) -> Option<&str> {
+        self.spec.as_ref()?.hostname.as_deref()
+    }
+
+    fn subdomain(&self) -> Option<&str> {
+        self.spec.as_ref()?.subdomain.as_deref()
+    }
+
+    fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+
+    fn is_ready(&self) -> bool {
+        ready_condition(self).is_some_and(|c| c.status == "True")
+    }
+
+    fn ready_transition_time(&self) -> Option<Timestamp> {
+        ready_condition(self)?
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0)
+    }
+
+    fn pod_ip(&self) -> Option<&str> {
+        self.status.as_ref()?.pod_ip.as_deref()
+    }
+
+    fn pod_ips(&self) -> impl Iterator<Item = &str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|ip| ip.ip.as_str())
+    }
+
+    fn find_named_port(&self, name: &str, protocol: &str) -> Option<i32> {
+        let spec = self.spec.as_ref()?;
+        let regular = spec.containers.iter();
+        let sidecars = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c));
+        regular
+            .chain(sidecars)
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| {
+                p.name.as_deref() == Some(name)
+                    && p.protocol.as_deref().unwrap_or(DEFAULT_PROTOCOL) == protocol
+            })
+            .map(|p| p.container_port)
+    }
+}
 
 /// The `Ready` condition is exactly `True`; phase and containers are not read.
-pub fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
+pub fn is_ready<P: PodView>(pod: &P) -> bool {
+    pod.is_ready()
 }
 
 /// `status.phase` is `Succeeded` or `Failed`.
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+pub fn is_terminal<P: PodView>(pod: &P) -> bool {
+    matches!(pod.phase(), Some("Succeeded" | "Failed"))
 }
 
 /// `status.podIP` or `status.podIPs` is non-empty.
-pub fn has_ip(pod: &Pod) -> bool {
-    pod.status.as_ref().is_some_and(|s| {
-        s.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
-            || s.pod_ips.as_ref().is_some_and(|ips| !ips.is_empty())
-    })
+pub fn has_ip<P: PodView>(pod: &P) -> bool {
+    pod.pod_ip().is_some_and(|ip| !ip.is_empty()) || pod.pod_ips().next().is_some()
 }
 
 /// `metadata.deletionTimestamp` is set.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
+pub fn is_terminating<P: PodView>(pod: &P) -> bool {
+    pod.deletion_timestamp().is_some()
 }
 
 /// Whether the Pod can be an endpoint at all. The EndpointSlice controller
 /// always includes terminating Pods; the Endpoints controller only with
 /// `publishNotReadyAddresses`.
-pub fn is_eligible(pod: &Pod, include_terminating: bool) -> bool {
+pub fn is_eligible<P: PodView>(pod: &P, include_terminating: bool) -> bool {
     !is_terminal(pod) && has_ip(pod) && (include_terminating || !is_terminating(pod))
 }
 
 /// The hostname to publish: `spec.hostname` when the Pod's subdomain names
 /// this Service in the same namespace.
-pub fn published_hostname<'a>(pod: &'a Pod, service: &Service) -> Option<&'a str> {
-    let spec = pod.spec.as_ref()?;
-    let hostname = spec.hostname.as_deref().filter(|h| !h.is_empty())?;
-    let same_subdomain = spec.subdomain.as_deref() == service.metadata.name.as_deref();
-    let same_namespace = pod.metadata.namespace == service.metadata.namespace;
+pub fn published_hostname<'a, P: PodView>(pod: &'a P, service: &Service) -> Option<&'a str> {
+    let hostname = pod.hostname().filter(|h| !h.is_empty())?;
+    let same_subdomain = pod.subdomain() == service.metadata.name.as_deref();
+    // An unset namespace reads as "" on both sides.
+    let same_namespace =
+        pod.namespace() == service.metadata.namespace.as_deref().unwrap_or_default();
     (same_subdomain && same_namespace).then_some(hostname)
 }
 
 /// The Service port protocol as stored by the API server (defaulted to TCP).
 pub fn service_port_protocol(port: &ServicePort) -> &str {
-    port.protocol.as_deref().unwrap_or("TCP")
+    port.protocol.as_deref().unwrap_or(DEFAULT_PROTOCOL)
 }
 
 /// Resolves a Service port's `targetPort` on a Pod (§1.3). An integer is
 /// used as is; a name is looked up in the regular containers, then in the
 /// sidecars (`initContainers` with `restartPolicy: Always`), matching name and
 /// protocol. An absent `targetPort` means the Service `port` (API default).
-pub fn find_port(pod: &Pod, port: &ServicePort) -> Option<i32> {
-    let name = match &port.target_port {
-        None => return Some(port.port),
-        Some(IntOrString::Int(n)) => return Some(*n),
-        Some(IntOrString::String(name)) => name,
-    };
-    let protocol = service_port_protocol(port);
-    let spec = pod.spec.as_ref()?;
-    let regular = spec.containers.iter();
-    let sidecars = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    regular
-        .chain(sidecars)
-        .flat_map(|c| c.ports.iter().flatten())
-        .find(|p| {
-            p.name.as_deref() == Some(name.as_str())
-                && p.protocol.as_deref().unwrap_or("TCP") == protocol
-        })
-        .map(|p| p.container_port)
+pub fn find_port<P: PodView>(pod: &P, port: &ServicePort) -> Option<i32> {
+    match &port.target_port {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(name)) => pod.find_named_port(name, service_port_protocol(port)),
+    }
 }
 
 #[cfg(test)]

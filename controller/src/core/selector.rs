@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::core::pod::PodView;
+
 /// True when every `key: value` of `selector` is present in `labels`.
 pub fn selector_matches(
     selector: Option<&BTreeMap<String, String>>,
@@ -14,6 +16,20 @@ pub fn selector_matches(
     selector
         .iter()
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// [`selector_matches`] against a Pod's labels, through [`PodView`] so the
+/// cached representation matches exactly like the API object.
+pub fn selector_matches_pod<P: PodView>(
+    selector: Option<&BTreeMap<String, String>>,
+    pod: &P,
+) -> bool {
+    let Some(selector) = selector else {
+        return false;
+    };
+    selector
+        .iter()
+        .all(|(k, v)| pod.label(k) == Some(v.as_str()))
 }
 
 #[cfg(test)]

@@ -9,8 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
+
+use crate::core::pod::PodView;
 
 #[derive(Debug, Default, Clone)]
 struct ServiceState {
@@ -25,16 +27,8 @@ pub struct TriggerTimeTracker {
 }
 
 /// The `lastTransitionTime` of the Pod's `Ready` condition.
-pub fn pod_trigger_time(pod: &Pod) -> Option<Timestamp> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?
-        .last_transition_time
-        .as_ref()
-        .map(|t| t.0)
+pub fn pod_trigger_time<P: PodView>(pod: &P) -> Option<Timestamp> {
+    pod.ready_transition_time()
 }
 
 fn key_of(service: &Service) -> String {
@@ -57,17 +51,17 @@ impl TriggerTimeTracker {
     /// selects, and records the current values for the next sync. The first
     /// sync of a key yields the Service's creationTimestamp; later syncs the
     /// earliest trigger time that moved forward, or `None` when none did.
-    pub fn compute(&mut self, service: &Service, pods: &[Arc<Pod>]) -> Option<Timestamp> {
+    pub fn compute<P: PodView>(&mut self, service: &Service, pods: &[Arc<P>]) -> Option<Timestamp> {
         let key = key_of(service);
         let previous = self.services.get(&key);
         let was_known = previous.is_some();
         let mut result: Option<Timestamp> = None;
         let mut pod_times = HashMap::with_capacity(pods.len());
         for pod in pods {
-            let Some(t) = pod_trigger_time(pod) else {
+            let Some(t) = pod_trigger_time(pod.as_ref()) else {
                 continue;
             };
-            let name = pod.metadata.name.clone().unwrap_or_default();
+            let name = pod.name().to_owned();
             let moved = previous
                 .and_then(|p| p.pod_times.get(&name))
                 .is_none_or(|last| t > *last);
@@ -122,7 +116,7 @@ pub fn format_rfc3339_nano(t: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn ts(s: &str) -> Timestamp {
@@ -205,9 +199,13 @@ mod tests {
     fn rule_1_6_forget_makes_next_sync_a_first_sync() {
         let mut tracker = TriggerTimeTracker::default();
         let s = svc("2020-01-01T00:00:00Z");
-        tracker.compute(&s, &[]);
+        let no_pods: &[Arc<Pod>] = &[];
+        tracker.compute(&s, no_pods);
         tracker.forget("ns", "svc");
-        assert_eq!(tracker.compute(&s, &[]), Some(ts("2020-01-01T00:00:00Z")));
+        assert_eq!(
+            tracker.compute(&s, no_pods),
+            Some(ts("2020-01-01T00:00:00Z"))
+        );
     }
 
     #[test]

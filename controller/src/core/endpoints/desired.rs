@@ -1,13 +1,13 @@
 //! Subsets from the Pods a Service selects (endpoints-spec §4.2 steps 1–5),
 //! repacked (step 6).
 
-use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, ObjectReference, Service};
 
 use super::capacity;
 use super::repack::{self, Entry, PortKey};
 use crate::core::ip::{self, Family};
 use crate::core::keys::CLUSTER_IP_NONE;
-use crate::core::pod;
+use crate::core::pod::{self, PodView};
 
 /// The single family an Endpoints object carries (§4.2 step 2): the
 /// Service's primary family; without `ipFamilies` the ClusterIP's family, or
@@ -37,39 +37,34 @@ pub fn primary_family(service: &Service) -> Option<Family> {
 
 /// The Pod's address for the Service: the first `status.podIPs` entry of the
 /// family, canonical. Unparseable IPs are skipped (§1.4).
-pub fn pod_address(family: Option<Family>, p: &Pod) -> Option<String> {
-    let status = p.status.as_ref()?;
-    let family = family.unwrap_or_else(|| match status.pod_ip.as_deref().and_then(ip::family_of) {
+pub fn pod_address<P: PodView>(family: Option<Family>, p: &P) -> Option<String> {
+    let family = family.unwrap_or_else(|| match p.pod_ip().and_then(ip::family_of) {
         Some(Family::V6) => Family::V6,
         _ => Family::V4,
     });
-    status
-        .pod_ips
-        .iter()
-        .flatten()
-        .filter_map(|i| ip::canonical(&i.ip))
+    p.pod_ips()
+        .filter_map(ip::canonical)
         .find(|(_, f)| *f == family)
         .map(|(s, _)| s)
 }
 
 /// The address of an eligible Pod (§4.2 step 3). `nodeName` is omitted when
 /// empty (svcplane deviation: upstream writes `""`, which the API rejects).
-fn address_of(service: &Service, p: &Pod, ip: String) -> EndpointAddress {
-    let node_name = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned);
+fn address_of<P: PodView>(service: &Service, p: &P, ip: String) -> EndpointAddress {
+    let node_name = p.node_name().filter(|n| !n.is_empty()).map(str::to_owned);
+    // `PodView` reads an unset namespace or name as "": write "" back as
+    // unset, which is what copying the field gave for an unset one. (An
+    // explicit "" now also becomes unset; the API server never stores one.)
+    let set = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     EndpointAddress {
         ip,
         hostname: pod::published_hostname(p, service).map(str::to_owned),
         node_name,
         target_ref: Some(ObjectReference {
             kind: Some("Pod".to_owned()),
-            namespace: p.metadata.namespace.clone(),
-            name: p.metadata.name.clone(),
-            uid: p.metadata.uid.clone(),
+            namespace: set(p.namespace()),
+            name: set(p.name()),
+            uid: p.uid().map(str::to_owned),
             ..ObjectReference::default()
         }),
     }
@@ -85,7 +80,10 @@ pub struct DesiredCounts {
 
 /// The canonical (untruncated) subsets for `pods`, which must be the Pods
 /// the Service selects.
-pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, DesiredCounts) {
+pub fn desired_subsets<P: PodView>(
+    service: &Service,
+    pods: &[&P],
+) -> (Vec<EndpointSubset>, DesiredCounts) {
     with_entries(service, pods, repack::repack)
 }
 
@@ -94,7 +92,10 @@ pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>
 /// cut. Same result as [`desired_subsets`] followed by
 /// [`capacity::truncate`], without sorting or copying the addresses that
 /// the cut drops (which, for an over-capacity Service, is most of them).
-pub fn capped_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, usize, bool) {
+pub fn capped_subsets<P: PodView>(
+    service: &Service,
+    pods: &[&P],
+) -> (Vec<EndpointSubset>, usize, bool) {
     let mut truncated = false;
     let ((subsets, total), _counts) = with_entries(service, pods, |entries| {
         repack::repack_with(entries, |lens| {
@@ -107,9 +108,9 @@ pub fn capped_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>,
 }
 
 /// Builds the repack entries for `pods` and hands them to `f`.
-fn with_entries<R>(
+fn with_entries<P: PodView, R>(
     service: &Service,
-    pods: &[&Pod],
+    pods: &[&P],
     f: impl FnOnce(&[Entry<'_>]) -> R,
 ) -> (R, DesiredCounts) {
     let spec = service.spec.as_ref();
@@ -122,7 +123,7 @@ fn with_entries<R>(
 
     // Owned addresses and ports first; the repack entries borrow them.
     let mut built: Vec<(EndpointAddress, bool, Vec<PortKey<'_>>)> = Vec::with_capacity(pods.len());
-    for p in pods {
+    for &p in pods {
         if !pod::is_eligible(p, pnr) {
             continue;
         }

@@ -19,24 +19,26 @@ use crate::core::keys::{
     ANNOTATION_OVER_CAPACITY, ANNOTATION_TRIGGER_TIME, LABEL_ENDPOINTS_MANAGED_BY, LABEL_HEADLESS,
     SERVICE_TYPE_EXTERNAL_NAME,
 };
+use crate::core::pod::PodView;
 use crate::core::trigger_time::format_rfc3339_nano;
 
-/// A snapshot of everything one sync of key `namespace/name` reads.
-pub struct Inputs<'a> {
+/// A snapshot of everything one sync of key `namespace/name` reads. `P` is
+/// the Pod representation (see [`PodView`]).
+pub struct Inputs<'a, P = Pod> {
     pub namespace: &'a str,
     pub name: &'a str,
     /// The Service `namespace/name`, if it exists.
     pub service: Option<&'a Service>,
     /// Candidate Pods; only those in the namespace that the selector matches
     /// count, so passing more is harmless.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<P>],
     /// The Endpoints object `namespace/name` in the cache, if any.
     pub existing: Option<&'a Endpoints>,
     /// This sync's trigger time (§1.6); `None` clears the annotation on write.
     pub trigger_time: Option<Timestamp>,
 }
 
-impl std::fmt::Debug for Inputs<'_> {
+impl<P> std::fmt::Debug for Inputs<'_, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inputs")
             .field("namespace", &self.namespace)
@@ -93,7 +95,7 @@ fn annotation<'e>(e: &'e Endpoints, key: &str) -> Option<&'e str> {
 /// Syncs one key (§4.1): deletes the Endpoints of a missing Service, leaves
 /// ExternalName and selectorless Services alone, otherwise plans the create
 /// or update that makes the object match the Pods — or nothing.
-pub fn reconcile(inputs: &Inputs<'_>) -> Outcome {
+pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
     let Some(service) = inputs.service else {
         // Service gone: delete the Endpoints object of that name. Nothing is
         // planned when none is cached (upstream would get a 404).

@@ -102,7 +102,8 @@ fn ready_pods(n: usize) -> Vec<Arc<Pod>> {
 #[test]
 fn rule_4_1_service_missing_deletes_the_endpoints() {
     let existing = endpoints("gone").build();
-    let inputs = Inputs {
+    // No Pods: the annotation picks the Pod type (`Inputs`'s default).
+    let inputs: Inputs<'_> = Inputs {
         namespace: "default",
         name: "gone",
         service: None,

@@ -11,13 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
 
 use crate::core::ip::{self, Family};
 use crate::core::keys::{CLUSTER_IP_NONE, LABEL_ZONE};
 use crate::core::nodes::NodeLookup;
-use crate::core::pod;
+use crate::core::pod::{self, PodView};
+use crate::core::selector::selector_matches_pod;
 
 /// Address types the Service needs, in its family order (§2.3). Without
 /// `ipFamilies` (legacy objects) the ClusterIP decides; headless or empty
@@ -327,7 +328,7 @@ pub fn endpoint_ports(service: &Service, resolution: &[(usize, i32)]) -> Vec<End
 }
 
 /// Resolves every Service port on the Pod into `out` (cleared first).
-fn resolve_ports(service: &Service, p: &Pod, out: &mut PortResolution) {
+fn resolve_ports<P: PodView>(service: &Service, p: &P, out: &mut PortResolution) {
     out.clear();
     let spec = service.spec.as_ref();
     let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
@@ -351,9 +352,9 @@ fn canonical_cow(s: &str) -> Option<(Cow<'_, str>, Family)> {
 /// Builds the desired endpoints of `family` from `pods` (already filtered to
 /// the Service's namespace and selector). Member order follows `pods`;
 /// placement sorts what it has to place, so input order never shows.
-pub fn desired_endpoints<'a>(
+pub fn desired_endpoints<'a, P: PodView>(
     service: &'a Service,
-    pods: &[&'a Pod],
+    pods: &[&'a P],
     nodes: &'a dyn NodeLookup,
     family: Family,
 ) -> Desired<'a> {
@@ -391,15 +392,12 @@ pub fn desired_endpoints<'a>(
             },
         };
         last_group = Some(group);
-        let spec = p.spec.as_ref();
-        let node_name = spec
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty());
+        let node_name = p.node_name().filter(|n| !n.is_empty());
         let node = node_name.and_then(|n| nodes.node(n));
         if node.is_none() && !publish_not_ready {
             out.errors.push(format!(
                 "skipping Pod {} for Service {}/{}: Node {} Not Found",
-                p.metadata.name.as_deref().unwrap_or_default(),
+                p.name(),
                 service.metadata.namespace.as_deref().unwrap_or_default(),
                 service.metadata.name.as_deref().unwrap_or_default(),
                 node_name.unwrap_or_default(),
@@ -407,12 +405,8 @@ pub fn desired_endpoints<'a>(
             continue;
         }
         let mut addresses = p
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ips.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|pip| canonical_cow(&pip.ip))
+            .pod_ips()
+            .filter_map(canonical_cow)
             .filter(|(_, f)| *f == family)
             .map(|(a, _)| a);
         let Some(mut first_address) = addresses.next() else {
@@ -437,9 +431,9 @@ pub fn desired_endpoints<'a>(
             hostname: pod::published_hostname(p, service),
             node_name,
             zone,
-            namespace: p.metadata.namespace.as_deref().unwrap_or_default(),
-            name: p.metadata.name.as_deref().unwrap_or_default(),
-            uid: p.metadata.uid.as_deref().filter(|u| !u.is_empty()),
+            namespace: p.namespace(),
+            name: p.name(),
+            uid: p.uid().filter(|u| !u.is_empty()),
             ready: publish_not_ready || (serving && !terminating),
             serving,
             terminating,
@@ -463,14 +457,15 @@ pub fn desired_endpoints<'a>(
     out
 }
 
-/// The Pods a Service selects: same namespace, selector matches.
-pub fn selected_pods<'a>(service: &Service, pods: &'a [Arc<Pod>]) -> Vec<&'a Pod> {
-    let namespace = service.metadata.namespace.as_deref();
+/// The Pods a Service selects: same namespace (unset reads as `""`),
+/// selector matches.
+pub fn selected_pods<'a, P: PodView>(service: &Service, pods: &'a [Arc<P>]) -> Vec<&'a P> {
+    let namespace = service.metadata.namespace.as_deref().unwrap_or_default();
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
     pods.iter()
         .map(Arc::as_ref)
-        .filter(|p| p.metadata.namespace.as_deref() == namespace)
-        .filter(|p| crate::core::selector::selector_matches(selector, p.metadata.labels.as_ref()))
+        .filter(|p| p.namespace() == namespace)
+        .filter(|p| selector_matches_pod(selector, *p))
         .collect()
 }
 

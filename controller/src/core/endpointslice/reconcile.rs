@@ -19,16 +19,18 @@ use crate::core::event::PlannedEvent;
 use crate::core::ip::Family;
 use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, SERVICE_TYPE_EXTERNAL_NAME};
 use crate::core::nodes::NodeLookup;
+use crate::core::pod::PodView;
 
 /// Event reason when a sync fails.
 pub const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpointSlices";
 
-/// A snapshot of everything one sync of one Service reads.
-pub struct Inputs<'a> {
+/// A snapshot of everything one sync of one Service reads. `P` is the Pod
+/// representation (see [`PodView`]).
+pub struct Inputs<'a, P = Pod> {
     pub service: &'a Service,
     /// Candidate Pods. The reconciler keeps only those in the Service's
     /// namespace that its selector matches, so passing more is harmless.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<P>],
     pub nodes: &'a dyn NodeLookup,
     /// Candidate slices. Only those in the Service's namespace, labelled with
     /// its name and managed by this controller, and not being deleted, count.
@@ -40,7 +42,7 @@ pub struct Inputs<'a> {
     pub max_endpoints_per_slice: usize,
 }
 
-impl std::fmt::Debug for Inputs<'_> {
+impl<P> std::fmt::Debug for Inputs<'_, P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inputs")
             .field("service", &self.service.metadata.name)
@@ -53,7 +55,7 @@ impl std::fmt::Debug for Inputs<'_> {
 }
 
 /// Reconciles one Service without topology hints.
-pub fn reconcile(inputs: &Inputs<'_>) -> Outcome {
+pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
     reconcile_with_hints(inputs, &mut NoTopology)
 }
 
@@ -84,7 +86,10 @@ pub fn is_managed_slice_of(slice: &EndpointSlice, service: &Service) -> bool {
 
 /// Reconciles one Service, letting `hints` assign or strip topology hints on
 /// each address type's slices before the writes are finalised.
-pub fn reconcile_with_hints(inputs: &Inputs<'_>, hints: &mut dyn HintsPolicy) -> Outcome {
+pub fn reconcile_with_hints<P: PodView>(
+    inputs: &Inputs<'_, P>,
+    hints: &mut dyn HintsPolicy,
+) -> Outcome {
     let service = inputs.service;
     if let Some(reason) = skip_reason(service) {
         return Outcome::Skipped(reason);
@@ -190,8 +195,8 @@ fn ports_key(ports: Option<&[EndpointPort]>) -> PortsKey<'_> {
 }
 
 /// Placement, placeholder and hints for one address type (§2.7, §2.11).
-fn plan_pass<'e>(
-    inputs: &Inputs<'_>,
+fn plan_pass<'e, P>(
+    inputs: &Inputs<'_, P>,
     labels: &BTreeMap<String, String>,
     family: Family,
     of_type: &[&'e EndpointSlice],

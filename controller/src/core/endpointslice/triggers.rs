@@ -4,16 +4,14 @@
 //! from queueing Services whose slices cannot have changed, and they encode
 //! upstream's quirks (a hostname-only Pod change queues nothing).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::CONTROLLER_NAME;
 use super::tracker::SliceTracker;
 use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_ZONE};
-use crate::core::pod;
-use crate::core::selector::selector_matches;
+use crate::core::pod::{self, PodView};
+use crate::core::selector::selector_matches_pod;
 
 /// `namespace/name` of a Service.
 pub fn service_key(service: &Service) -> String {
@@ -24,37 +22,25 @@ pub fn service_key(service: &Service) -> String {
     )
 }
 
-fn matching<'s>(
-    pod: &Pod,
-    labels: Option<&BTreeMap<String, String>>,
-    services: &'s [&'s Service],
-) -> Vec<&'s Service> {
+/// The Services in the Pod's namespace (unset reads as `""`) whose
+/// selector is set and matches the Pod's labels.
+fn matching<'s, P: PodView>(pod: &P, services: &'s [&'s Service]) -> Vec<&'s Service> {
     services
         .iter()
         .copied()
-        .filter(|s| s.metadata.namespace == pod.metadata.namespace)
+        .filter(|s| s.metadata.namespace.as_deref().unwrap_or_default() == pod.namespace())
         .filter(|s| {
             let selector = s.spec.as_ref().and_then(|sp| sp.selector.as_ref());
-            selector.is_some() && selector_matches(selector, labels)
+            selector.is_some() && selector_matches_pod(selector, pod)
         })
         .collect()
 }
 
 /// Services to queue for a Pod add or delete: those whose selector matches.
-pub fn services_for_pod(pod: &Pod, services: &[&Service]) -> Vec<String> {
-    matching(pod, pod.metadata.labels.as_ref(), services)
+pub fn services_for_pod<P: PodView>(pod: &P, services: &[&Service]) -> Vec<String> {
+    matching(pod, services)
         .into_iter()
         .map(service_key)
-        .collect()
-}
-
-fn pod_ips(p: &Pod) -> Vec<&str> {
-    p.status
-        .as_ref()
-        .and_then(|s| s.pod_ips.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|ip| ip.ip.as_str())
         .collect()
 }
 
@@ -62,34 +48,34 @@ fn pod_ips(p: &Pod) -> Vec<&str> {
 /// endpoint-relevant change only, the Services matching the new labels; for
 /// a label change with an endpoint change, old ∪ new; for a label change
 /// alone, the symmetric difference. Hostname/subdomain count as labels.
-pub fn services_for_pod_update(old: &Pod, new: &Pod, services: &[&Service]) -> Vec<String> {
-    if old.metadata.resource_version.is_some()
-        && old.metadata.resource_version == new.metadata.resource_version
-    {
+///
+/// `old` and `new` may be different representations, e.g. the cached Pod
+/// and the Pod a watch event just delivered.
+pub fn services_for_pod_update<A: PodView, B: PodView>(
+    old: &A,
+    new: &B,
+    services: &[&Service],
+) -> Vec<String> {
+    if old.resource_version().is_some() && old.resource_version() == new.resource_version() {
         return Vec::new();
     }
-    let pod_changed = old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+    let pod_changed = old.deletion_timestamp() != new.deletion_timestamp()
         || pod::is_ready(old) != pod::is_ready(new)
-        || pod_ips(old) != pod_ips(new);
-    let hostname = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .map(|s| (s.hostname.clone(), s.subdomain.clone()))
-    };
-    let labels_changed = old.metadata.labels.clone().unwrap_or_default()
-        != new.metadata.labels.clone().unwrap_or_default()
-        || hostname(old) != hostname(new);
+        || !old.pod_ips().eq(new.pod_ips());
+    let labels_changed = !old.labels().eq(new.labels())
+        || old.hostname() != new.hostname()
+        || old.subdomain() != new.subdomain();
     if !pod_changed && !labels_changed {
         return Vec::new();
     }
-    let new_set: Vec<String> = matching(new, new.metadata.labels.as_ref(), services)
+    let new_set: Vec<String> = matching(new, services)
         .into_iter()
         .map(service_key)
         .collect();
     if !labels_changed {
         return new_set;
     }
-    let old_set: Vec<String> = matching(old, old.metadata.labels.as_ref(), services)
+    let old_set: Vec<String> = matching(old, services)
         .into_iter()
         .map(service_key)
         .collect();
@@ -199,6 +185,10 @@ pub fn node_update_affects_topology(old: &Node, new: &Node) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Pod;
+
     use crate::core::fixtures::{as_stored, node, pod, svc};
 
     fn services() -> Vec<Service> {
