@@ -3,6 +3,7 @@
 //! Nothing here performs I/O or reads a clock: callers pass snapshots and the
 //! current trigger time, and get back plans describing the writes to make.
 
+pub mod cached_pod;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event;

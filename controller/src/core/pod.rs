@@ -2,9 +2,11 @@
 //! reconcilers (endpoints-spec §1.2, §1.3).
 //!
 //! The reconcilers read Pods only through [`PodView`], so the runtime can
-//! cache a compact copy instead of whole API objects, while `plan`, the
-//! tests and the benches keep passing `Pod`s. Both give the same answers by construction: every
-//! predicate here is written once, over the trait.
+//! cache a compact copy ([`CachedPod`](crate::core::cached_pod::CachedPod))
+//! instead of whole API objects, while `plan`, the tests and the benches keep
+//! passing `Pod`s. Every predicate here is written once, over the trait, so
+//! the two representations differ only in how they answer the raw reads
+//! (checked by `controller/tests/cached_pod_equivalence.rs`).
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -25,7 +25,8 @@ use crate::core::pod::PodView;
 pub const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpointSlices";
 
 /// A snapshot of everything one sync of one Service reads. `P` is the Pod
-/// representation (see [`PodView`]).
+/// representation: the API object, or the runtime's
+/// [`CachedPod`](crate::core::cached_pod::CachedPod).
 pub struct Inputs<'a, P = Pod> {
     pub service: &'a Service,
     /// Candidate Pods. The reconciler keeps only those in the Service's
