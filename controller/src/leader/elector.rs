@@ -186,6 +186,10 @@ impl LeaderElector {
     /// Leadership as it changes. This is also the hook for metrics (a
     /// `leader_election_master_status`-style gauge follows `is_leader`): the module itself
     /// stays free of metric crates.
+    ///
+    /// If the elector is dropped without returning (its task aborted or panicked), the
+    /// channel closes with whatever it said last, possibly `is_leader: true`: treat a
+    /// closed channel (`changed()` or `has_changed()` returning `Err`) as not leading.
     pub fn subscribe(&self) -> watch::Receiver<Leadership> {
         self.tx.subscribe()
     }

@@ -9,9 +9,9 @@
 //! the Lease around them, `identity` the `holderIdentity` this replica uses.
 //!
 //! Contract with the caller: act as leader only while the latest [`Leadership`] says
-//! `is_leader`; when [`LeaderElector::run`] returns [`LeaderError::Lost`], exit the process
-//! (as kube-controller-manager does), because a replica that was cut off cannot tell what
-//! another leader did meanwhile. Metrics (`leader_election_master_status`) are wired by the
+//! `is_leader` and the channel is open; when [`LeaderElector::run`] returns
+//! [`LeaderError::Lost`], exit the process (as kube-controller-manager does), because a
+//! replica that was cut off cannot tell what another leader did meanwhile. Metrics (`leader_election_master_status`) are wired by the
 //! caller from the same channel, so this module needs no metrics crate.
 
 mod decide;
