@@ -176,6 +176,12 @@ async fn two_replicas_one_leader_at_every_moment() {
         .filter(|w| w.verb == Verb::Create && w.code < 300)
         .count();
     assert_eq!(creates, 1);
+    assert!(
+        fake.writes()
+            .iter()
+            .any(|w| w.verb == Verb::Create && w.code == 409),
+        "no create race"
+    );
 }
 
 #[tokio::test(start_paused = true)]
