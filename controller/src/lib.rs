@@ -9,5 +9,6 @@
 pub mod cli;
 pub mod core;
 pub mod kube_client;
+pub mod leader;
 pub mod plan;
 pub mod webhook_cmd;
