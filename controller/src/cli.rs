@@ -25,6 +25,9 @@ pub enum Command {
     /// Offline: read cluster objects (a `kubectl get -o yaml` dump) and print
     /// the API writes and events the controllers would make.
     Plan(PlanArgs),
+    /// Run the controllers (leader-elected) and the admission webhook against a
+    /// cluster, with metrics and health probes.
+    Run(Box<RunArgs>),
     /// Run the admission webhook alone: assign ClusterIPs and NodePorts to new
     /// Services and reject invalid ones (HTTPS, AdmissionReview v1).
     Webhook(WebhookArgs),
@@ -85,6 +88,279 @@ pub struct WebhookArgs {
     /// Log line format.
     #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
     pub log_format: LogFormat,
+}
+
+/// The controllers `svcplane run` knows (`--controllers`).
+pub const RUN_CONTROLLERS: &[&str] = &[
+    "endpointslice",
+    "endpoints",
+    "endpointslicemirroring",
+    "allocator-repair",
+];
+
+/// `--controllers` as kube-controller-manager reads it: `name` enables a controller,
+/// `-name` disables it, `*` enables every controller not disabled. `endpoint` is
+/// accepted for `endpoints` (kube-controller-manager's name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerList(pub Vec<String>);
+
+impl ControllerList {
+    /// Whether `name` (one of [`RUN_CONTROLLERS`]) runs.
+    pub fn enables(&self, name: &str) -> bool {
+        let canonical = |s: &str| match s.strip_prefix('-') {
+            Some("endpoint") => "-endpoints".to_owned(),
+            None if s == "endpoint" => "endpoints".to_owned(),
+            _ => s.to_owned(),
+        };
+        let items: Vec<String> = self.0.iter().map(|s| canonical(s)).collect();
+        if items.iter().any(|i| i.strip_prefix('-') == Some(name)) {
+            return false;
+        }
+        items.iter().any(|i| i == name || i == "*")
+    }
+}
+
+impl fmt::Display for ControllerList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join(","))
+    }
+}
+
+fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
+    let mut items = Vec::new();
+    for raw in value.split(',') {
+        let item = raw.trim();
+        let name = item.strip_prefix('-').unwrap_or(item);
+        let known = name == "endpoint" || RUN_CONTROLLERS.contains(&name) || item == "*";
+        if !known {
+            return Err(format!(
+                "unknown controller {item:?}; known: {}, `*` for all, `-name` to disable one",
+                RUN_CONTROLLERS.join(", ")
+            ));
+        }
+        items.push(item.to_owned());
+    }
+    Ok(ControllerList(items))
+}
+
+/// Flags of `svcplane run` (kube-controller-manager's names where it has them).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// kubeconfig file; without it the in-cluster configuration (or
+    /// `$KUBECONFIG` / `~/.kube/config`) is used.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Controllers to run: names, `-name` to disable one, `*` for all.
+    #[arg(long, value_name = "LIST", env = "SVCPLANE_CONTROLLERS",
+          default_value = "endpointslice,endpoints,endpointslicemirroring,allocator-repair",
+          value_parser = parse_controller_list)]
+    pub controllers: ControllerList,
+
+    /// Maximum number of endpoints in one EndpointSlice (1..=1000).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MAX_ENDPOINTS_PER_SLICE",
+          default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
+          value_parser = clap::value_parser!(u16).range(1..=(MAX_ENDPOINTS_PER_SLICE_LIMIT as i64)))]
+    pub max_endpoints_per_slice: u16,
+
+    /// Maximum number of addresses mirrored per Endpoints subset (1..=1000).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_MAX_ENDPOINTS_PER_SUBSET",
+          default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub mirroring_max_endpoints_per_subset: u16,
+
+    /// Delay before a Pod change is synced into the Endpoints object, batching the
+    /// changes that arrive meanwhile. Also the default of the two batch periods below.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
+          default_value = "0s", value_parser = parse_duration)]
+    pub endpoint_updates_batch_period: std::time::Duration,
+
+    /// The same for EndpointSlices (Pod and slice changes); defaults to
+    /// `--endpoint-updates-batch-period`.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
+          value_parser = parse_duration)]
+    pub endpointslice_updates_batch_period: Option<std::time::Duration>,
+
+    /// The same for mirrored EndpointSlices (slice changes); defaults to
+    /// `--endpoint-updates-batch-period`.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_MIRRORING_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
+          value_parser = parse_duration)]
+    pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
+
+    /// Services synced at once by the EndpointSlice controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+    pub concurrent_service_endpoint_syncs: u16,
+
+    /// Services synced at once by the Endpoints controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+    pub concurrent_endpoint_syncs: u16,
+
+    /// Endpoints objects synced at once by the mirroring controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+    pub mirroring_concurrent_service_endpoint_syncs: u16,
+
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+
+    /// How often the allocator repair looks for duplicate and out-of-range values.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ALLOCATOR_REPAIR_INTERVAL",
+          default_value = "3m", value_parser = parse_positive_duration)]
+    pub allocator_repair_interval: std::time::Duration,
+
+    /// Average API requests per second (client-side limit); 0 disables the limit.
+    #[arg(long, value_name = "QPS", env = "SVCPLANE_KUBE_API_QPS", default_value_t = 20.0,
+          value_parser = parse_qps)]
+    pub kube_api_qps: f64,
+
+    /// API requests allowed in a burst above the QPS.
+    #[arg(long, value_name = "N", env = "SVCPLANE_KUBE_API_BURST", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+
+    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SVCPLANE_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_bind_address: std::net::SocketAddr,
+
+    /// Serve the admission webhook (`--webhook=false` to run the controllers only).
+    #[arg(long, value_name = "BOOL", env = "SVCPLANE_WEBHOOK", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub webhook: bool,
+
+    /// Address the HTTPS webhook server listens on.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:9443",
+        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS"
+    )]
+    pub webhook_bind_address: std::net::SocketAddr,
+
+    /// PEM certificate chain served by the webhook (required with the webhook).
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of the webhook certificate (required with the webhook).
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// How often the certificate files are checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: std::time::Duration,
+
+    /// Per-request webhook deadline.
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
+    pub webhook_request_timeout: std::time::Duration,
+
+    /// An AllocationClaim no Service uses is released once it is this old.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
+          env = "SVCPLANE_CLAIM_GRACE_PERIOD")]
+    pub claim_grace_period: std::time::Duration,
+
+    /// How often unused AllocationClaims are looked for (leader only).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL")]
+    pub claim_repair_interval: std::time::Duration,
+
+    /// Elect a leader among replicas; only the leader runs controllers and writes.
+    #[arg(long, value_name = "BOOL", env = "SVCPLANE_LEADER_ELECT", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// How long a Lease stays valid without renewal; followers wait this long after
+    /// the last renewal they saw before taking over.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_LEADER_ELECT_LEASE_DURATION")]
+    pub leader_elect_lease_duration: std::time::Duration,
+
+    /// A leader that cannot renew within this long stops (the process exits).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_LEADER_ELECT_RENEW_DEADLINE")]
+    pub leader_elect_renew_deadline: std::time::Duration,
+
+    /// Time between acquire and renew attempts.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_LEADER_ELECT_RETRY_PERIOD")]
+    pub leader_elect_retry_period: std::time::Duration,
+
+    /// Name of the Lease.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "svcplane",
+        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAME"
+    )]
+    pub leader_elect_resource_name: String,
+
+    /// Namespace of the Lease (default: `$POD_NAMESPACE`, else `kube-system`).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAMESPACE"
+    )]
+    pub leader_elect_resource_namespace: Option<String>,
+
+    /// Time allowed after SIGTERM for in-flight writes and the webhook drain.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration,
+          env = "SVCPLANE_SHUTDOWN_GRACE_PERIOD")]
+    pub shutdown_grace_period: std::time::Duration,
+
+    /// Log line format.
+    #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+impl RunArgs {
+    /// Checks clap cannot express: the certificate flags are required unless
+    /// `--webhook=false` (clap's conditional requirements ignore defaults).
+    pub fn check(&self) -> Result<(), String> {
+        if self.webhook {
+            let missing: Vec<&str> = [
+                ("--tls-cert-file", self.tls_cert_file.is_none()),
+                (
+                    "--tls-private-key-file",
+                    self.tls_private_key_file.is_none(),
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(flag, absent)| absent.then_some(flag))
+            .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "the webhook needs {} (or run with --webhook=false)",
+                    missing.join(" and ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_positive_duration(value: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(value)?;
+    if d.is_zero() {
+        return Err(format!(
+            "invalid duration {value:?}: must be greater than zero"
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_qps(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(q) if q.is_finite() && q >= 0.0 => Ok(q),
+        _ => Err(format!(
+            "invalid QPS {value:?}: use a number >= 0 (0 disables the limit)"
+        )),
+    }
 }
 
 /// `--log-format` values.
@@ -353,6 +629,105 @@ mod tests {
             let mut args = base.to_vec();
             args.extend([flag, value]);
             let e = webhook(&args).unwrap_err().to_string();
+            assert!(e.contains(flag) && e.contains(value), "{flag}: {e}");
+        }
+    }
+
+    fn run(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = ["svcplane", "run"].iter().chain(args).copied();
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Run(r) => *r,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    #[test]
+    fn run_defaults_match_kube_controller_manager_and_the_issue() {
+        let r = run(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).unwrap();
+        for name in RUN_CONTROLLERS {
+            assert!(r.controllers.enables(name), "{name}");
+        }
+        assert_eq!(r.max_endpoints_per_slice, 100);
+        assert_eq!(r.mirroring_max_endpoints_per_subset, 1000);
+        assert_eq!(r.endpoint_updates_batch_period, std::time::Duration::ZERO);
+        assert_eq!(r.endpointslice_updates_batch_period, None);
+        assert_eq!(r.concurrent_service_endpoint_syncs, 5);
+        assert_eq!(r.kube_api_qps, 20.0);
+        assert_eq!(r.kube_api_burst, 30);
+        assert_eq!(r.metrics_bind_address.to_string(), "0.0.0.0:8080");
+        assert!(r.webhook && r.leader_elect);
+        assert_eq!(
+            r.leader_elect_lease_duration,
+            std::time::Duration::from_secs(15)
+        );
+        assert_eq!(
+            r.leader_elect_renew_deadline,
+            std::time::Duration::from_secs(10)
+        );
+        assert_eq!(
+            r.leader_elect_retry_period,
+            std::time::Duration::from_secs(2)
+        );
+        assert_eq!(r.leader_elect_resource_name, "svcplane");
+        assert_eq!(r.leader_elect_resource_namespace, None);
+        assert_eq!(
+            r.allocator_repair_interval,
+            std::time::Duration::from_secs(180)
+        );
+        assert_eq!(r.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn run_controllers_follow_kube_controller_manager_syntax() {
+        let base = ["--webhook=false"];
+        let only = run(&[base[0], "--controllers", "endpointslice"]).unwrap();
+        assert!(only.controllers.enables("endpointslice"));
+        assert!(!only.controllers.enables("endpoints"));
+        let all_but = run(&[base[0], "--controllers", "*,-endpoint,-allocator-repair"]).unwrap();
+        assert!(all_but.controllers.enables("endpointslice"));
+        assert!(all_but.controllers.enables("endpointslicemirroring"));
+        assert!(
+            !all_but.controllers.enables("endpoints"),
+            "`endpoint` is KCM's name for it"
+        );
+        assert!(!all_but.controllers.enables("allocator-repair"));
+        let e = run(&[base[0], "--controllers", "endpointslice,nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--controllers") && e.contains("\"nope\""), "{e}");
+    }
+
+    #[test]
+    fn run_needs_certificates_only_with_the_webhook() {
+        let e = run(&[]).unwrap().check().unwrap_err();
+        assert!(
+            e.contains("--tls-cert-file") && e.contains("--tls-private-key-file"),
+            "{e}"
+        );
+        let e = run(&["--tls-cert-file", "c"]).unwrap().check().unwrap_err();
+        assert!(
+            !e.contains("--tls-cert-file") && e.contains("--tls-private-key-file"),
+            "{e}"
+        );
+        let r = run(&["--webhook=false"]).unwrap();
+        assert!(!r.webhook && r.tls_cert_file.is_none());
+        assert_eq!(r.check(), Ok(()));
+    }
+
+    #[test]
+    fn run_bad_values_name_the_flag_and_value() {
+        for (flag, value) in [
+            ("--max-endpoints-per-slice", "1001"),
+            ("--concurrent-service-endpoint-syncs", "51"),
+            ("--kube-api-qps", "-1"),
+            ("--kube-api-burst", "0"),
+            ("--leader-elect-retry-period", "0s"),
+            ("--endpoint-updates-batch-period", "5"),
+            ("--metrics-bind-address", "nowhere"),
+            ("--service-cluster-ip-range", "10.0.0.0/33"),
+        ] {
+            let arg = format!("{flag}={value}");
+            let e = run(&["--webhook=false", &arg]).unwrap_err().to_string();
             assert!(e.contains(flag) && e.contains(value), "{flag}: {e}");
         }
     }

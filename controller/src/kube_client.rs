@@ -11,6 +11,25 @@ use tracing::info;
 
 /// A client from `--kubeconfig`, else the in-cluster or default configuration.
 pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    Client::try_from(load_config(kubeconfig).await?).context("building the API client")
+}
+
+/// As [`connect`], with every request limited to `qps` per second on average and
+/// bursts of `burst` (`--kube-api-qps`, `--kube-api-burst`).
+pub async fn connect_limited(
+    kubeconfig: Option<&Path>,
+    qps: f64,
+    burst: u32,
+) -> anyhow::Result<Client> {
+    let config = load_config(kubeconfig).await?;
+    let builder =
+        kube::client::ClientBuilder::try_from(config).context("building the API client")?;
+    Ok(builder
+        .with_layer(&crate::shell::ratelimit::RateLimitLayer::new(qps, burst))
+        .build())
+}
+
+async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -23,7 +42,7 @@ pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
             .await
             .context("no --kubeconfig given and no in-cluster or default kubeconfig found")?,
     };
-    Client::try_from(config).context("building the API client")
+    Ok(config)
 }
 
 /// Is the CRD of `K` served? A clear error if not (it ships with the Helm chart).

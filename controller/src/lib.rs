@@ -1,14 +1,17 @@
 //! svcplane's controller crate: the pure reconcilers (`core`), the offline
-//! `svcplane plan` command built on them (`plan`), and the CLI definition.
+//! `svcplane plan` command built on them (`plan`), the controller runtime
+//! (`shell`, `leader`, `run_cmd`: `svcplane run`), and the CLI definition.
 //!
 //! The split follows the house rule in `architecture.md`: everything under
 //! `core` is a deterministic function of its inputs (time is passed in), so it
-//! can be tested without a runtime; the shells (`plan` today, `run` later) only
-//! gather snapshots and carry plans out.
+//! can be tested without a runtime; the shells (`plan` and `run`) only gather
+//! snapshots and carry plans out.
 
 pub mod cli;
 pub mod core;
 pub mod kube_client;
 pub mod leader;
 pub mod plan;
+pub mod run_cmd;
+pub mod shell;
 pub mod webhook_cmd;

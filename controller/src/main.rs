@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{plan, webhook_cmd};
+use svcplane_controller::{plan, run_cmd, webhook_cmd};
 use svcplane_webhook::claim::AllocationClaim;
 use tracing_subscriber::EnvFilter;
 
@@ -29,6 +29,22 @@ fn main() -> ExitCode {
                 Err(e) => {
                     let _ = writeln!(stderr, "{e}");
                     ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        Command::Run(args) => {
+            if let Err(msg) = args.check() {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
+                    .exit();
+            }
+            init_logging("info,kube=warn", args.log_format);
+            match run_cmd::main(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "svcplane run failed");
+                    ExitCode::FAILURE
                 }
             }
         }

@@ -1,8 +1,10 @@
 //! Cross-crate end-to-end scenarios.
 //!
 //! - [`fake_api`]: an in-process fake API server for scenario tests that need
-//!   real `kube::Client` traffic without a cluster (`tests/tests/webhook_replicas.rs`;
-//!   the controller runtime's scenarios will use it too);
+//!   real `kube::Client` traffic without a cluster (`tests/tests/webhook_replicas.rs`,
+//!   `tests/tests/run_scenarios.rs`);
+//! - [`run_env`]: `svcplane run`'s machinery in-process, settling and the
+//!   "exactly the desired state" check;
 //! - [`webhook_env`]: certificates, the AllocationClaim CRD, webhook
 //!   configurations and `kubectl` for running svcplane's webhook beside a real API
 //!   server (`tests/tests/e2e_webhook.rs`).
@@ -21,4 +23,5 @@ pub mod envtest;
 pub mod fake_api;
 pub mod normalize;
 pub mod objects;
+pub mod run_env;
 pub mod webhook_env;

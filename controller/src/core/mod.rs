@@ -10,6 +10,7 @@ pub mod event;
 pub mod fixtures;
 pub mod ip;
 pub mod keys;
+pub mod label_syntax;
 pub mod mirroring;
 pub mod nodes;
 pub mod pod;

@@ -17,4 +17,4 @@ pub mod watch;
 
 pub use admission::Webhook;
 pub use claimer::{ClaimError, ClaimStore, Claimed, KubeClaims};
-pub use start::{Started, WebhookOptions, start};
+pub use start::{Started, WebhookOptions, start, start_watches};

@@ -21,7 +21,9 @@ pub mod triggers;
 #[cfg(test)]
 mod tests;
 
-pub use reconcile::{Inputs, reconcile, reconcile_with_hints};
+pub use reconcile::{
+    Inputs, REASON_FAILED_TO_UPDATE, is_managed_slice_of, reconcile, reconcile_with_hints,
+};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 

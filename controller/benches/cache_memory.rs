@@ -1,0 +1,90 @@
+//! Bytes per cached Pod in the runtime's Pod store (target ≤ 2.5 KB).
+//!
+//! Decodes realistic Pod JSON (a Deployment's Pod as the API server returns it:
+//! managedFields, two containers with images, env, resources, probes, mounts, a full
+//! status), strips it the way the watch does and inserts it into the indexed store,
+//! then reports the heap the store keeps per Pod (a counting global allocator) and the
+//! decode + strip + insert time. Run: `cargo bench -p svcplane-controller --bench cache_memory`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::alloc::System;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use svcplane_controller::shell::cache::strip;
+use svcplane_controller::shell::cache::{PodStore, Store};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+fn pod_json(i: usize) -> String {
+    let ns = format!("team-{}", i % 50);
+    let app = format!("svc-{}", i / 10);
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{app}-7d9c8b6f5-{i:05x}","generateName":"{app}-7d9c8b6f5-","namespace":"{ns}",
+"uid":"6f1c2a0e-4b7d-4c1e-9f3a-{i:012x}","resourceVersion":"{rv}","creationTimestamp":"2026-11-01T10:00:00Z",
+"labels":{{"app":"{app}","pod-template-hash":"7d9c8b6f5","app.kubernetes.io/part-of":"shop"}},
+"annotations":{{"kubectl.kubernetes.io/restartedAt":"2026-11-01T09:59:00Z","prometheus.io/scrape":"true"}},
+"ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{app}-7d9c8b6f5","uid":"0b8e7c1a-1111-2222-3333-444455556666","controller":true,"blockOwnerDeletion":true}}],
+"managedFields":[{{"manager":"kube-controller-manager","operation":"Update","apiVersion":"v1","time":"2026-11-01T10:00:00Z","fieldsType":"FieldsV1","fieldsV1":{{"f:metadata":{{"f:generateName":{{}},"f:labels":{{".":{{}},"f:app":{{}},"f:pod-template-hash":{{}}}},"f:ownerReferences":{{}}}},"f:spec":{{"f:containers":{{}}}}}}}},
+{{"manager":"kubelet","operation":"Update","apiVersion":"v1","time":"2026-11-01T10:00:05Z","fieldsType":"FieldsV1","subresource":"status","fieldsV1":{{"f:status":{{"f:conditions":{{}},"f:containerStatuses":{{}},"f:podIP":{{}},"f:podIPs":{{}}}}}}}}]}},
+"spec":{{"nodeName":"node-{node}","serviceAccountName":"default","restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst",
+"containers":[{{"name":"app","image":"registry.example.com/shop/{app}:v1.42.7","ports":[{{"name":"http","containerPort":8080,"protocol":"TCP"}},{{"name":"metrics","containerPort":9090,"protocol":"TCP"}}],
+"env":[{{"name":"LOG_LEVEL","value":"info"}},{{"name":"POD_NAME","valueFrom":{{"fieldRef":{{"fieldPath":"metadata.name"}}}}}}],
+"resources":{{"requests":{{"cpu":"250m","memory":"256Mi"}},"limits":{{"memory":"512Mi"}}}},
+"readinessProbe":{{"httpGet":{{"path":"/ready","port":"http"}},"periodSeconds":5}},"livenessProbe":{{"httpGet":{{"path":"/live","port":"http"}}}},
+"volumeMounts":[{{"name":"kube-api-access-abcde","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount","readOnly":true}}]}},
+{{"name":"proxy","image":"registry.example.com/mesh/proxy:v2.1.0","ports":[{{"containerPort":15001,"protocol":"TCP"}}]}}],
+"volumes":[{{"name":"kube-api-access-abcde","projected":{{"sources":[{{"serviceAccountToken":{{"path":"token","expirationSeconds":3607}}}}]}}}}],
+"tolerations":[{{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}}]}},
+"status":{{"phase":"Running","hostIP":"192.168.{h}.{l}","podIP":"10.{a}.{b}.{c}","podIPs":[{{"ip":"10.{a}.{b}.{c}"}}],"startTime":"2026-11-01T10:00:01Z","qosClass":"Burstable",
+"conditions":[{{"type":"PodReadyToStartContainers","status":"True","lastTransitionTime":"2026-11-01T10:00:02Z"}},{{"type":"Initialized","status":"True","lastTransitionTime":"2026-11-01T10:00:01Z"}},
+{{"type":"Ready","status":"True","lastTransitionTime":"2026-11-01T10:00:05Z"}},{{"type":"ContainersReady","status":"True","lastTransitionTime":"2026-11-01T10:00:05Z"}},{{"type":"PodScheduled","status":"True","lastTransitionTime":"2026-11-01T10:00:00Z"}}],
+"containerStatuses":[{{"name":"app","ready":true,"restartCount":0,"image":"registry.example.com/shop/{app}:v1.42.7","imageID":"registry.example.com/shop/{app}@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","containerID":"containerd://{i:064x}","started":true,"state":{{"running":{{"startedAt":"2026-11-01T10:00:03Z"}}}}}}]}}}}"#,
+        rv = 1000 + i,
+        node = i % 5000,
+        h = (i / 250) % 250,
+        l = i % 250 + 1,
+        a = i / 65536 % 256,
+        b = i / 256 % 256,
+        c = i % 256,
+    )
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip_while(|a| a != "--pods")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let docs: Vec<String> = (0..n).map(pod_json).collect();
+    let json_bytes: usize = docs.iter().map(String::len).sum();
+    let mut store = PodStore::default();
+    let region = Region::new(GLOBAL);
+    let start = Instant::now();
+    for d in &docs {
+        let pod: Pod = serde_json::from_str(d).unwrap();
+        store.upsert(Arc::new(strip::pod(pod)));
+    }
+    let elapsed = start.elapsed();
+    let stats = region.change();
+    // stats_alloc books reallocations into both totals already.
+    let retained = stats
+        .bytes_allocated
+        .saturating_sub(stats.bytes_deallocated);
+    println!("pods cached:                 {n}");
+    println!("JSON per Pod (input):        {} B", json_bytes / n);
+    println!(
+        "heap kept per cached Pod:    {} B  (store, label index, node index; target <= 2560 B)",
+        retained / n
+    );
+    println!(
+        "decode + strip + insert:     {:.2} s total, {:.1} us per Pod",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e6 / n as f64
+    );
+    assert_eq!(store.len(), n);
+}

@@ -1,0 +1,549 @@
+//! `svcplane run`: the controllers and the admission webhook in one process.
+//!
+//! Every replica serves the webhook and the admin endpoints; only the replica holding
+//! the leader Lease runs the controllers and the repair loops, so exactly one process
+//! writes EndpointSlices and Endpoints at a time. Lifecycle:
+//! 1. wait until the API server answers (retrying with backoff, one log line each);
+//! 2. start the webhook's watches and HTTPS server, and the admin server;
+//! 3. campaign for the Lease; on winning, start the controllers;
+//! 4. on SIGTERM: `/readyz` fails, the controllers stop taking work and finish the
+//!    writes in flight, the Lease is released (the other replica takes over at once),
+//!    the webhook drains, the process exits 0 — all within `--shutdown-grace-period`;
+//! 5. a leader that cannot renew its Lease before the renew deadline exits with an
+//!    error, so a cut-off replica never keeps writing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::Client;
+use svcplane_allocator::AllocatorConfig;
+use svcplane_webhook::handler::AdmissionHandler;
+use svcplane_webhook::server::{ServerConfig, bind};
+use svcplane_webhook::shell::repair::RepairConfig;
+use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start_watches};
+use svcplane_webhook::tls::CertStatus;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::cli::RunArgs;
+use crate::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
+use crate::kube_client;
+use crate::leader::{self, LeaderElector};
+use crate::shell::admin;
+use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
+use crate::shell::metrics::Metrics;
+use crate::shell::runtime::{ControllerOptions, Controllers, Enabled};
+
+/// How long in-flight admission requests may finish after a shutdown signal.
+pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
+/// Default namespace of the Lease without `--leader-elect-resource-namespace` and
+/// `POD_NAMESPACE`.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+
+/// The webhook side of a run.
+#[derive(Debug, Clone)]
+pub struct WebhookRun {
+    pub server: ServerConfig,
+    pub options: WebhookOptions,
+}
+
+/// Leader election settings.
+#[derive(Debug, Clone)]
+pub struct LeaderRun {
+    pub namespace: String,
+    pub name: String,
+    pub params: leader::Params,
+}
+
+/// Everything `run` needs, independent of the command line.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub controllers: ControllerOptions,
+    pub webhook: Option<WebhookRun>,
+    pub leader: Option<LeaderRun>,
+    /// Admin server address; `None` serves none (tests).
+    pub metrics_bind: Option<std::net::SocketAddr>,
+    pub shutdown_grace: Duration,
+    pub identity: String,
+}
+
+/// Why `run` ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("leader election: {0}")]
+    Leader(#[from] leader::LeaderError),
+    #[error("leader election stopped while leading")]
+    LeadershipEnded,
+    #[error("webhook: {0}")]
+    Webhook(String),
+    #[error("admin server on {address}: {source}")]
+    Admin {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunOptions {
+    /// Options from the command line; the identity comes from `POD_NAME` or the host.
+    pub fn from_args(args: &RunArgs) -> anyhow::Result<Self> {
+        let allocator: AllocatorConfig = args
+            .ranges
+            .config()
+            .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+        let identity = leader::identity_from_env();
+        let seed = kube_client::random_seed();
+        let c = &args.controllers;
+        let enabled = Enabled {
+            endpoint_slice: c.enables("endpointslice"),
+            endpoints: c.enables("endpoints"),
+            mirroring: c.enables("endpointslicemirroring"),
+            allocator_repair: c.enables("allocator-repair"),
+        };
+        let batch = args.endpoint_updates_batch_period;
+        let controllers = ControllerOptions {
+            enabled,
+            endpoint_slice: endpointslice::Config {
+                max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
+                batch_period: args.endpointslice_updates_batch_period.unwrap_or(batch),
+            },
+            endpoints: endpoints::Config {
+                batch_period: batch,
+            },
+            mirroring: mirroring::Config {
+                max_endpoints_per_subset: usize::from(args.mirroring_max_endpoints_per_subset),
+                batch_period: args
+                    .mirroring_endpointslice_updates_batch_period
+                    .unwrap_or(batch),
+            },
+            workers: (
+                usize::from(args.concurrent_service_endpoint_syncs),
+                usize::from(args.concurrent_endpoint_syncs),
+                usize::from(args.mirroring_concurrent_service_endpoint_syncs),
+            ),
+            allocator_repair: allocator_repair::Config {
+                allocator: allocator.clone(),
+                interval: args.allocator_repair_interval,
+                seed,
+            },
+            identity: identity.clone(),
+            list_page_size: 500,
+        };
+        let webhook = if args.webhook {
+            let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) else {
+                anyhow::bail!(
+                    "--tls-cert-file and --tls-private-key-file are required unless --webhook=false"
+                );
+            };
+            Some(WebhookRun {
+                server: ServerConfig {
+                    bind_address: args.webhook_bind_address,
+                    cert_file: cert.clone(),
+                    key_file: key.clone(),
+                    request_timeout: args.webhook_request_timeout,
+                    reload_interval: args.tls_reload_interval,
+                    drain: WEBHOOK_DRAIN,
+                },
+                options: WebhookOptions {
+                    allocator,
+                    seed,
+                    repair: RepairConfig {
+                        interval: args.claim_repair_interval,
+                        grace: args.claim_grace_period,
+                    },
+                },
+            })
+        } else {
+            None
+        };
+        let leader = if args.leader_elect {
+            let params = leader::Params {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+            };
+            params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let namespace = args
+                .leader_elect_resource_namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+            Some(LeaderRun {
+                namespace,
+                name: args.leader_elect_resource_name.clone(),
+                params,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            controllers,
+            webhook,
+            leader,
+            metrics_bind: Some(args.metrics_bind_address),
+            shutdown_grace: args.shutdown_grace_period,
+            identity,
+        })
+    }
+
+    /// Defaults for tests and embedders: every controller, no webhook, no leader
+    /// election, no admin server.
+    pub fn for_tests(allocator: AllocatorConfig) -> Self {
+        Self {
+            controllers: ControllerOptions {
+                enabled: Enabled {
+                    endpoint_slice: true,
+                    endpoints: true,
+                    mirroring: true,
+                    allocator_repair: true,
+                },
+                endpoint_slice: endpointslice::Config {
+                    max_endpoints_per_slice: DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+                    batch_period: Duration::ZERO,
+                },
+                endpoints: endpoints::Config {
+                    batch_period: Duration::ZERO,
+                },
+                mirroring: mirroring::Config {
+                    max_endpoints_per_subset:
+                        crate::core::mirroring::DEFAULT_MAX_ENDPOINTS_PER_SUBSET,
+                    batch_period: Duration::ZERO,
+                },
+                workers: (5, 5, 5),
+                allocator_repair: allocator_repair::Config {
+                    allocator,
+                    interval: Duration::from_secs(180),
+                    seed: 1,
+                },
+                identity: "svcplane-test".into(),
+                list_page_size: 500,
+            },
+            webhook: None,
+            leader: None,
+            metrics_bind: None,
+            shutdown_grace: Duration::from_secs(20),
+            identity: "svcplane-test".into(),
+        }
+    }
+}
+
+/// The webhook's readiness inputs, set once it has started.
+type WebhookState = Arc<std::sync::OnceLock<(Arc<CertStatus>, Arc<Webhook<KubeClaims>>)>>;
+
+/// What a running process exposes to its embedder (tests, the simulator). It holds
+/// the controllers weakly: only `run` owns them, so dropping `run` stops them.
+#[derive(Debug, Default)]
+pub struct RunHandle {
+    controllers: std::sync::Mutex<std::sync::Weak<Controllers>>,
+    metrics: Metrics,
+}
+
+impl RunHandle {
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The running controllers, while this process leads.
+    pub async fn controllers(&self) -> Option<Arc<Controllers>> {
+        self.slot().upgrade()
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, std::sync::Weak<Controllers>> {
+        self.controllers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Aborts the tasks it holds when dropped: if `run` itself is dropped (a crash
+/// simulated in tests, a panic), nothing it spawned keeps running headless.
+#[derive(Debug, Default)]
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// Waits until the API server answers, logging each failure; `false` if `shutdown`
+/// fired first.
+async fn wait_for_api(client: &Client, shutdown: &CancellationToken) -> bool {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match client.apiserver_version().await {
+            Ok(v) => {
+                info!(version = %v.git_version, "API server reachable");
+                return true;
+            }
+            // An HTTP error status is still an answer: the server is there (an API
+            // server without `/version`, a 403 for an unusual RBAC setup).
+            Err(kube::Error::Api(s)) if s.code < 500 => {
+                info!(code = s.code, "API server reachable (no /version)");
+                return true;
+            }
+            Err(e) => {
+                warn!(error = %e, retry_in_ms = delay.as_millis(), "API server unreachable; retrying");
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Runs until `shutdown` fires (Ok) or leadership is lost (Err).
+pub async fn run(
+    client: Client,
+    options: RunOptions,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    run_with_handle(client, options, shutdown, Arc::new(RunHandle::default())).await
+}
+
+/// As [`run`], publishing the running pieces into `handle`.
+pub async fn run_with_handle(
+    client: Client,
+    options: RunOptions,
+    shutdown: CancellationToken,
+    handle: Arc<RunHandle>,
+) -> Result<(), RunError> {
+    let metrics = handle.metrics.clone();
+    let api_ok = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The webhook side, if any: filled in once started, read by /readyz.
+    let webhook_state: WebhookState = Arc::default();
+    let admin_stop = CancellationToken::new();
+    let admin = match options.metrics_bind {
+        Some(address) => {
+            let ready: admin::ReadinessCheck = {
+                let (api_ok, webhook_state) = (api_ok.clone(), webhook_state.clone());
+                let with_webhook = options.webhook.is_some();
+                Arc::new(move || {
+                    if !api_ok.load(std::sync::atomic::Ordering::Acquire) {
+                        return Err("API server not reached yet".into());
+                    }
+                    if !with_webhook {
+                        return Ok(());
+                    }
+                    match webhook_state.get() {
+                        None => Err("webhook not started".into()),
+                        Some((certs, _)) if !certs.is_loaded() => {
+                            Err("webhook: no valid certificate loaded".into())
+                        }
+                        Some((_, w)) if !w.is_ready() => {
+                            Err("webhook: allocation watches have not listed yet".into())
+                        }
+                        Some(_) => Ok(()),
+                    }
+                })
+            };
+            Some(
+                admin::serve(
+                    address,
+                    metrics.clone(),
+                    ready,
+                    shutdown.clone(),
+                    admin_stop.clone(),
+                )
+                .await
+                .map_err(|source| RunError::Admin { address, source })?,
+            )
+        }
+        None => None,
+    };
+
+    let result = run_inner(
+        client,
+        &options,
+        &shutdown,
+        &handle,
+        &api_ok,
+        &webhook_state,
+    )
+    .await;
+    admin_stop.cancel();
+    if let Some(a) = admin {
+        let _ = a.task.await;
+    }
+    result
+}
+
+async fn run_inner(
+    client: Client,
+    options: &RunOptions,
+    shutdown: &CancellationToken,
+    handle: &Arc<RunHandle>,
+    api_ok: &Arc<std::sync::atomic::AtomicBool>,
+    webhook_state: &WebhookState,
+) -> Result<(), RunError> {
+    if !wait_for_api(&client, shutdown).await {
+        return Ok(());
+    }
+    api_ok.store(true, std::sync::atomic::Ordering::Release);
+    let metrics = handle.metrics.clone();
+
+    let mut spawned = AbortOnDrop::default();
+    // Webhook: every replica. Its watches outlive the server's drain.
+    let webhook_watches = CancellationToken::new();
+    let mut webhook: Option<(Started, svcplane_webhook::server::Running)> = None;
+    if let Some(w) = &options.webhook {
+        if let Err(e) =
+            kube_client::check_crd::<svcplane_webhook::claim::AllocationClaim>(&client).await
+        {
+            warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
+        }
+        let started = start_watches(client.clone(), w.options.clone(), webhook_watches.clone())
+            .await
+            .map_err(RunError::Webhook)?;
+        let running = bind(started.webhook.clone(), w.server.clone(), shutdown.clone())
+            .await
+            .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
+        let _ = webhook_state.set((running.certs(), started.webhook.clone()));
+        spawned
+            .0
+            .extend(started.tasks.iter().map(|t| t.abort_handle()));
+        webhook = Some((started, running));
+    }
+
+    // Leadership.
+    let lead_stop = CancellationToken::new();
+    let mut elector_task = None;
+    let mut leadership = None;
+    if let Some(l) = &options.leader {
+        let elector = LeaderElector::new(leader::Config {
+            client: client.clone(),
+            namespace: l.namespace.clone(),
+            name: l.name.clone(),
+            identity: options.identity.clone(),
+            params: l.params,
+        })?;
+        let rx = elector.subscribe();
+        leadership = Some(rx);
+        let task = tokio::spawn(elector.run(lead_stop.clone()));
+        spawned.0.push(task.abort_handle());
+        elector_task = Some(task);
+    }
+    let lease_name = options.leader.as_ref().map_or("", |l| l.name.as_str());
+
+    let mut outcome: Result<(), RunError> = Ok(());
+    // Wait to lead (or lead at once without election).
+    let leading = match leadership.as_mut() {
+        None => true,
+        Some(rx) => loop {
+            if rx.borrow().is_leader {
+                break true;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break false,
+                changed = rx.changed() => if changed.is_err() { break false },
+            }
+        },
+    };
+    let mut controllers: Option<Arc<Controllers>> = None;
+    let repair_stop = CancellationToken::new();
+    if leading && !shutdown.is_cancelled() {
+        metrics.set_leader(lease_name, true);
+        info!(identity = %options.identity, "leading: starting controllers");
+        let c = Arc::new(Controllers::start(
+            client.clone(),
+            options.controllers.clone(),
+            metrics.clone(),
+        ));
+        *handle.slot() = Arc::downgrade(&c);
+        controllers = Some(c);
+        if let (Some((started, _)), true) = (&webhook, options.controllers.enabled.allocator_repair)
+        {
+            spawned
+                .0
+                .push(tokio::spawn(started.repair_loop(repair_stop.clone())).abort_handle());
+        }
+        // Run until shutdown or loss of leadership.
+        if let Some(rx) = leadership.as_mut() {
+            loop {
+                if !rx.borrow().is_leader {
+                    break;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    changed = rx.changed() => if changed.is_err() { break },
+                }
+            }
+        } else {
+            shutdown.cancelled().await;
+        }
+    }
+
+    let lost = !shutdown.is_cancelled();
+    if lost {
+        error!("leadership lost; stopping so no stale leader keeps writing");
+    } else {
+        info!("shutting down");
+    }
+    // 1) controllers stop taking work and finish writes in flight.
+    repair_stop.cancel();
+    if let Some(c) = controllers.take() {
+        *handle.slot() = std::sync::Weak::new();
+        match Arc::try_unwrap(c) {
+            Ok(c) => c.shutdown(options.shutdown_grace).await,
+            Err(_) => warn!("controllers still referenced at shutdown; not waiting for them"),
+        }
+    }
+    metrics.set_leader(lease_name, false);
+    // 2) release the Lease so another replica takes over at once.
+    lead_stop.cancel();
+    if let Some(t) = elector_task {
+        match tokio::time::timeout(Duration::from_secs(5), t).await {
+            Ok(Ok(Err(e))) => outcome = Err(RunError::Leader(e)),
+            Ok(Ok(Ok(()))) => {}
+            Ok(Err(e)) => error!(error = %e, "leader election task failed"),
+            Err(_) => warn!("releasing the Lease timed out"),
+        }
+    }
+    if lost && outcome.is_ok() {
+        outcome = Err(RunError::LeadershipEnded);
+    }
+    // 3) the webhook drains (its token is the shutdown token; on a lost lease the
+    //    process exits and the kubelet restarts it).
+    if let Some((_, running)) = webhook {
+        if lost {
+            shutdown.cancel();
+        }
+        if let Err(e) = running.wait().await {
+            error!(error = %e, "webhook server");
+        }
+    }
+    webhook_watches.cancel();
+    outcome
+}
+
+/// `svcplane run` from the command line: build the client (with the QPS limit),
+/// handle signals, run.
+pub fn main(args: &RunArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let options = RunOptions::from_args(args)?;
+        let client = kube_client::connect_limited(
+            args.kubeconfig.as_deref(),
+            args.kube_api_qps,
+            args.kube_api_burst,
+        )
+        .await?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(kube_client::cancel_on_signal(shutdown.clone()));
+        run(client, options, shutdown)
+            .await
+            .map_err(anyhow::Error::from)
+    })
+}

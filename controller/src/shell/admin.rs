@@ -1,0 +1,213 @@
+//! The admin server: plain HTTP with `/metrics`, `/livez` and `/readyz`
+//! (conventions §3.6), on `--metrics-bind-address`.
+//!
+//! `/readyz` answers what the kubelet needs to route webhook traffic: whether this
+//! replica can serve admission reviews (certificate loaded, allocation watches
+//! listed), never whether it leads, because every replica serves the webhook. Without
+//! the webhook it turns ready once the API server has answered. `/livez` fails only if
+//! the async runtime stopped making progress (a heartbeat task is late), so a slow
+//! API server never gets the pod restarted.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::metrics::Metrics;
+
+/// How often the liveness heartbeat ticks, and how late it may be.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const WEDGED_AFTER: Duration = Duration::from_secs(30);
+
+/// Why the process is not ready, or `Ok`.
+pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+#[derive(Clone)]
+struct Admin {
+    metrics: Metrics,
+    ready: ReadinessCheck,
+    started: Instant,
+    /// Milliseconds since `started` at the last heartbeat.
+    heartbeat: Arc<AtomicU64>,
+    shutdown: CancellationToken,
+}
+
+/// The admin routes (for tests through `tower::ServiceExt::oneshot`).
+fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(admin)
+}
+
+async fn metrics(State(a): State<Admin>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        a.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn livez(State(a): State<Admin>) -> Response {
+    let now = a.started.elapsed().as_millis() as u64;
+    let last = a.heartbeat.load(Ordering::Acquire);
+    let late = Duration::from_millis(now.saturating_sub(last));
+    if late > WEDGED_AFTER {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("runtime heartbeat late by {}s\n", late.as_secs()),
+        )
+            .into_response();
+    }
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+async fn readyz(State(a): State<Admin>) -> Response {
+    if a.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    match (a.ready)() {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+/// A listening admin server.
+#[derive(Debug)]
+pub struct AdminServer {
+    pub local_addr: SocketAddr,
+    pub task: JoinHandle<()>,
+}
+
+/// Binds and serves until `shutdown` has fired and `stop` fires (the admin server
+/// outlives the drain, so `/readyz` reports "shutting down" meanwhile).
+pub async fn serve(
+    bind: SocketAddr,
+    metrics: Metrics,
+    ready: ReadinessCheck,
+    shutdown: CancellationToken,
+    stop: CancellationToken,
+) -> std::io::Result<AdminServer> {
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    let local_addr = listener.local_addr()?;
+    let admin = Admin {
+        metrics,
+        ready,
+        started: Instant::now(),
+        heartbeat: Arc::new(AtomicU64::new(0)),
+        shutdown,
+    };
+    let beat = admin.heartbeat.clone();
+    let started = admin.started;
+    let beat_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        loop {
+            tokio::select! {
+                () = beat_stop.cancelled() => return,
+                _ = tick.tick() => beat.store(started.elapsed().as_millis() as u64, Ordering::Release),
+            }
+        }
+    });
+    let app = router(admin);
+    info!(address = %local_addr, "admin server listening (/metrics, /livez, /readyz)");
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            warn!(error = %e, "admin server failed");
+        }
+    });
+    Ok(AdminServer { local_addr, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use std::sync::atomic::AtomicBool;
+    use tower::ServiceExt;
+
+    async fn get(app: &Router, path: &str) -> (StatusCode, String) {
+        let res = app
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn probes_and_metrics() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let r = ready.clone();
+        let shutdown = CancellationToken::new();
+        let admin = Admin {
+            metrics: Metrics::new(),
+            ready: Arc::new(move || {
+                if r.load(Ordering::Acquire) {
+                    Ok(())
+                } else {
+                    Err("webhook: certificate not loaded".into())
+                }
+            }),
+            started: Instant::now(),
+            heartbeat: Arc::new(AtomicU64::new(0)),
+            shutdown: shutdown.clone(),
+        };
+        let app = router(admin);
+        assert_eq!(get(&app, "/livez").await.0, StatusCode::OK);
+        let (code, body) = get(&app, "/readyz").await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("certificate not loaded"), "{body}");
+        ready.store(true, Ordering::Release);
+        assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
+        let (code, body) = get(&app, "/metrics").await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(
+            body.contains("endpoint_slice_controller_endpoints_added_per_sync"),
+            "{body}"
+        );
+        shutdown.cancel();
+        assert_eq!(
+            get(&app, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(get(&app, "/nope").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn livez_fails_when_the_heartbeat_stops() {
+        let admin = Admin {
+            metrics: Metrics::new(),
+            ready: Arc::new(|| Ok(())),
+            started: Instant::now(),
+            heartbeat: Arc::new(AtomicU64::new(0)),
+            shutdown: CancellationToken::new(),
+        };
+        let app = router(admin);
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let (code, body) = get(&app, "/livez").await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("late"), "{body}");
+    }
+}

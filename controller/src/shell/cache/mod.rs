@@ -1,0 +1,685 @@
+//! The runtime's in-memory view of the cluster: one store per watched resource,
+//! with the indexes the event handlers and reconcilers need.
+//!
+//! - [`strip`]: what each store keeps of an object;
+//! - [`nsmap`]: namespaced objects sorted by name;
+//! - [`index`]: label indexes (Pods by label, Services by one selector pair);
+//! - this module: the stores and [`Cache`], which the watches fill and the
+//!   controllers read.
+//!
+//! Each store sits behind its own `RwLock`: watches write one object at a time and
+//! reconcilers take short read locks to copy out `Arc`s, so neither waits long for the
+//! other. No lock is ever held across an `.await`.
+
+pub mod index;
+pub mod nsmap;
+pub mod strip;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use self::index::NamespacedLabelIndex;
+use self::nsmap::NsMap;
+use crate::core::cached_pod::CachedPod;
+use crate::core::keys::LABEL_SERVICE_NAME;
+use crate::core::nodes::NodeLookup;
+use crate::core::pod::PodView;
+
+/// Namespace, name and resourceVersion of a cached object.
+pub trait Keyed {
+    fn namespace(&self) -> &str;
+    fn name(&self) -> &str;
+    fn resource_version(&self) -> Option<&str>;
+}
+
+fn meta_ns(m: &ObjectMeta) -> &str {
+    m.namespace.as_deref().unwrap_or_default()
+}
+
+fn meta_name(m: &ObjectMeta) -> &str {
+    m.name.as_deref().unwrap_or_default()
+}
+
+macro_rules! keyed_by_metadata {
+    ($($t:ty),*) => {$(
+        impl Keyed for $t {
+            fn namespace(&self) -> &str {
+                meta_ns(&self.metadata)
+            }
+            fn name(&self) -> &str {
+                meta_name(&self.metadata)
+            }
+            fn resource_version(&self) -> Option<&str> {
+                self.metadata.resource_version.as_deref()
+            }
+        }
+    )*};
+}
+
+keyed_by_metadata!(Service, EndpointSlice, Endpoints, Node);
+
+impl Keyed for CachedPod {
+    fn namespace(&self) -> &str {
+        PodView::namespace(self)
+    }
+    fn name(&self) -> &str {
+        PodView::name(self)
+    }
+    fn resource_version(&self) -> Option<&str> {
+        PodView::resource_version(self)
+    }
+}
+
+/// What a watch needs of a store.
+pub trait Store: Send + Sync + 'static {
+    type Item: Keyed + Send + Sync + 'static;
+    /// Stores the object; returns the previous version.
+    fn upsert(&mut self, obj: Arc<Self::Item>) -> Option<Arc<Self::Item>>;
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Self::Item>>;
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Self::Item>>;
+    /// Every object (for the re-list diff).
+    fn all(&self) -> Vec<Arc<Self::Item>>;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// (namespace, name) of a Pod in the Node index.
+type PodKey = (Box<str>, Arc<str>);
+
+/// Pods, indexed by label and by Node.
+#[derive(Debug, Default)]
+pub struct PodStore {
+    pods: NsMap<CachedPod>,
+    labels: NamespacedLabelIndex,
+    /// Node name → (namespace, name) of the Pods bound to it.
+    by_node: HashMap<Box<str>, BTreeSet<PodKey>>,
+}
+
+impl PodStore {
+    /// The Pods of `namespace` that `selector` matches, sorted by name. `None`
+    /// matches nothing; an empty selector matches every Pod of the namespace.
+    pub fn selected(
+        &self,
+        namespace: &str,
+        selector: Option<&BTreeMap<String, String>>,
+    ) -> Vec<Arc<CachedPod>> {
+        let Some(selector) = selector else {
+            return Vec::new();
+        };
+        let matches = |p: &CachedPod| selector.iter().all(|(k, v)| p.label(k) == Some(v));
+        if selector.is_empty() {
+            return self
+                .pods
+                .in_namespace(namespace)
+                .map(|(_, p)| p.clone())
+                .collect();
+        }
+        // The rarest pair bounds the candidates; a pair nobody carries means none.
+        let mut smallest: Option<&BTreeSet<Arc<str>>> = None;
+        for (k, v) in selector {
+            match self.labels.get(namespace, k, v) {
+                None => return Vec::new(),
+                Some(set) if smallest.is_none_or(|s| set.len() < s.len()) => smallest = Some(set),
+                Some(_) => {}
+            }
+        }
+        smallest
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.pods.get(namespace, name))
+            .filter(|p| matches(p))
+            .cloned()
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<CachedPod>> {
+        self.pods.iter().map(|(_, _, p)| p)
+    }
+
+    /// The Pods bound to Node `node`.
+    pub fn on_node(&self, node: &str) -> Vec<Arc<CachedPod>> {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|(ns, name)| self.pods.get(ns, name))
+            .cloned()
+            .collect()
+    }
+
+    fn index(&mut self, pod: &CachedPod, name: &Arc<str>) {
+        let ns = PodView::namespace(pod);
+        for (k, v) in pod.labels() {
+            self.labels.add(ns, k, v, name);
+        }
+    }
+
+    fn unindex(&mut self, pod: &CachedPod) {
+        let (ns, name) = (PodView::namespace(pod), PodView::name(pod));
+        for (k, v) in pod.labels() {
+            self.labels.remove(ns, k, v, name);
+        }
+    }
+
+    fn index_node(&mut self, pod: &CachedPod, name: &Arc<str>) {
+        if let Some(node) = pod.node_name().filter(|n| !n.is_empty()) {
+            let entry = (Box::from(PodView::namespace(pod)), name.clone());
+            match self.by_node.get_mut(node) {
+                Some(set) => {
+                    set.insert(entry);
+                }
+                None => {
+                    self.by_node
+                        .insert(Box::from(node), BTreeSet::from([entry]));
+                }
+            }
+        }
+    }
+
+    fn unindex_node(&mut self, pod: &CachedPod) {
+        let Some(node) = pod.node_name().filter(|n| !n.is_empty()) else {
+            return;
+        };
+        if let Some(set) = self.by_node.get_mut(node) {
+            set.retain(|(ns, n)| !(&**ns == PodView::namespace(pod) && &**n == PodView::name(pod)));
+            if set.is_empty() {
+                self.by_node.remove(node);
+            }
+        }
+    }
+}
+
+impl Store for PodStore {
+    type Item = CachedPod;
+
+    fn upsert(&mut self, pod: Arc<CachedPod>) -> Option<Arc<CachedPod>> {
+        let (old, name) =
+            self.pods
+                .insert(PodView::namespace(&*pod), PodView::name(&*pod), pod.clone());
+        let labels_same = old.as_ref().is_some_and(|o| o.labels().eq(pod.labels()));
+        if !labels_same {
+            if let Some(o) = &old {
+                self.unindex(o);
+            }
+            self.index(&pod, &name);
+        }
+        let node_same = old
+            .as_ref()
+            .is_some_and(|o| o.node_name() == pod.node_name());
+        if !node_same {
+            if let Some(o) = &old {
+                self.unindex_node(o);
+            }
+            self.index_node(&pod, &name);
+        }
+        old
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<CachedPod>> {
+        let old = self.pods.remove(namespace, name)?;
+        self.unindex(&old);
+        self.unindex_node(&old);
+        Some(old)
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedPod>> {
+        self.pods.get(namespace, name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<CachedPod>> {
+        self.iter().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.pods.len()
+    }
+}
+
+/// Services, indexed by the first pair of their selector (a Pod can only match a
+/// selector whose every pair it carries, so the first one is as good as any).
+#[derive(Debug, Default)]
+pub struct ServiceStore {
+    services: NsMap<Service>,
+    by_selector_pair: NamespacedLabelIndex,
+    /// Services with an empty (non-nil) selector: they match every Pod.
+    match_all: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+}
+
+fn selector_of(s: &Service) -> Option<&BTreeMap<String, String>> {
+    s.spec.as_ref().and_then(|sp| sp.selector.as_ref())
+}
+
+impl ServiceStore {
+    /// Services of the Pod's namespace whose selector matches the Pod's labels,
+    /// sorted by name.
+    pub fn matching<P: PodView>(&self, pod: &P) -> Vec<Arc<Service>> {
+        let ns = pod.namespace();
+        let mut names: BTreeSet<&Arc<str>> = BTreeSet::new();
+        for (k, v) in pod.labels() {
+            if let Some(set) = self.by_selector_pair.get(ns, k, v) {
+                names.extend(set);
+            }
+        }
+        if let Some(all) = self.match_all.get(ns) {
+            names.extend(all);
+        }
+        names
+            .into_iter()
+            .filter_map(|n| self.services.get(ns, n))
+            .filter(|s| {
+                selector_of(s).is_some_and(|sel| sel.iter().all(|(k, v)| pod.label(k) == Some(v)))
+            })
+            .cloned()
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Service>> {
+        self.services.iter().map(|(_, _, s)| s)
+    }
+
+    fn index(&mut self, svc: &Service, name: &Arc<str>) {
+        let ns = meta_ns(&svc.metadata);
+        match selector_of(svc).map(|s| s.iter().next()) {
+            None => {}
+            Some(None) => {
+                self.match_all
+                    .entry(Arc::from(ns))
+                    .or_default()
+                    .insert(name.clone());
+            }
+            Some(Some((k, v))) => self.by_selector_pair.add(ns, k, v, name),
+        }
+    }
+
+    fn unindex(&mut self, svc: &Service) {
+        let (ns, name) = (meta_ns(&svc.metadata), meta_name(&svc.metadata));
+        match selector_of(svc).map(|s| s.iter().next()) {
+            None => {}
+            Some(None) => {
+                if let Some(set) = self.match_all.get_mut(ns) {
+                    set.remove(name);
+                    if set.is_empty() {
+                        self.match_all.remove(ns);
+                    }
+                }
+            }
+            Some(Some((k, v))) => self.by_selector_pair.remove(ns, k, v, name),
+        }
+    }
+}
+
+impl Store for ServiceStore {
+    type Item = Service;
+
+    fn upsert(&mut self, svc: Arc<Service>) -> Option<Arc<Service>> {
+        let (old, name) = self.services.insert(
+            meta_ns(&svc.metadata),
+            meta_name(&svc.metadata),
+            svc.clone(),
+        );
+        if let Some(o) = &old {
+            self.unindex(o);
+        }
+        self.index(&svc, &name);
+        old
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        let old = self.services.remove(namespace, name)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.services.get(namespace, name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<Service>> {
+        self.iter().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.services.len()
+    }
+}
+
+/// EndpointSlices, indexed by their `kubernetes.io/service-name` label.
+#[derive(Debug, Default)]
+pub struct SliceStore {
+    slices: NsMap<EndpointSlice>,
+    /// Namespace → service-name label → slice names.
+    by_service: HashMap<Arc<str>, HashMap<Box<str>, index::Names>>,
+}
+
+fn service_label(s: &EndpointSlice) -> Option<&str> {
+    s.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SERVICE_NAME))
+        .map(String::as_str)
+}
+
+impl SliceStore {
+    /// Every slice labelled with this Service's name (any manager), by name.
+    pub fn of_service(&self, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
+        self.by_service
+            .get(namespace)
+            .and_then(|m| m.get(service))
+            .into_iter()
+            .flatten()
+            .filter_map(|n| self.slices.get(namespace, n))
+            .cloned()
+            .collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<EndpointSlice>> {
+        self.slices.iter().map(|(_, _, s)| s)
+    }
+
+    fn unindex(&mut self, slice: &EndpointSlice) {
+        let (ns, name) = (meta_ns(&slice.metadata), meta_name(&slice.metadata));
+        let Some(svc) = service_label(slice) else {
+            return;
+        };
+        if let Some(m) = self.by_service.get_mut(ns) {
+            if let Some(set) = m.get_mut(svc) {
+                set.remove(name);
+                if set.is_empty() {
+                    m.remove(svc);
+                }
+            }
+            if m.is_empty() {
+                self.by_service.remove(ns);
+            }
+        }
+    }
+}
+
+impl Store for SliceStore {
+    type Item = EndpointSlice;
+
+    fn upsert(&mut self, slice: Arc<EndpointSlice>) -> Option<Arc<EndpointSlice>> {
+        let ns = meta_ns(&slice.metadata);
+        let (old, name) = self
+            .slices
+            .insert(ns, meta_name(&slice.metadata), slice.clone());
+        if let Some(o) = &old {
+            self.unindex(o);
+        }
+        if let Some(svc) = service_label(&slice) {
+            self.by_service
+                .entry(Arc::from(ns))
+                .or_default()
+                .entry(Box::from(svc))
+                .or_default()
+                .insert(name);
+        }
+        old
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
+        let old = self.slices.remove(namespace, name)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
+        self.slices.get(namespace, name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<EndpointSlice>> {
+        self.iter().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.slices.len()
+    }
+}
+
+/// Endpoints objects.
+#[derive(Debug, Default)]
+pub struct EndpointsStore {
+    endpoints: NsMap<Endpoints>,
+}
+
+impl EndpointsStore {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Endpoints>> {
+        self.endpoints.iter().map(|(_, _, e)| e)
+    }
+}
+
+impl Store for EndpointsStore {
+    type Item = Endpoints;
+
+    fn upsert(&mut self, e: Arc<Endpoints>) -> Option<Arc<Endpoints>> {
+        let (old, _) =
+            self.endpoints
+                .insert(meta_ns(&e.metadata), meta_name(&e.metadata), e.clone());
+        old
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Endpoints>> {
+        self.endpoints.remove(namespace, name)
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Endpoints>> {
+        self.endpoints.get(namespace, name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<Endpoints>> {
+        self.iter().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+}
+
+/// Nodes by name.
+#[derive(Debug, Default)]
+pub struct NodeStore {
+    nodes: BTreeMap<String, Arc<Node>>,
+}
+
+impl NodeStore {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.nodes.values()
+    }
+}
+
+impl NodeLookup for NodeStore {
+    fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name).map(Arc::as_ref)
+    }
+}
+
+impl Store for NodeStore {
+    type Item = Node;
+
+    fn upsert(&mut self, n: Arc<Node>) -> Option<Arc<Node>> {
+        self.nodes.insert(meta_name(&n.metadata).to_owned(), n)
+    }
+
+    fn remove(&mut self, _namespace: &str, name: &str) -> Option<Arc<Node>> {
+        self.nodes.remove(name)
+    }
+
+    fn get(&self, _namespace: &str, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<Node>> {
+        self.nodes.values().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+/// A store behind its lock, with its first-list flag.
+#[derive(Debug, Default)]
+pub struct Shared<S> {
+    store: RwLock<S>,
+    synced: AtomicBool,
+}
+
+impl<S> Shared<S> {
+    /// Readers copy `Arc`s out and let go; a poisoned lock still holds a consistent
+    /// store (every store method completes its map updates before returning).
+    pub fn read(&self) -> RwLockReadGuard<'_, S> {
+        self.store
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, S> {
+        self.store
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the first list has completed.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+}
+
+/// Every store of the runtime. Stores of resources no enabled controller reads stay
+/// empty and unwatched.
+#[derive(Debug, Default)]
+pub struct Cache {
+    pub services: Shared<ServiceStore>,
+    pub pods: Shared<PodStore>,
+    pub nodes: Shared<NodeStore>,
+    pub slices: Shared<SliceStore>,
+    pub endpoints: Shared<EndpointsStore>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::{pod, svc};
+
+    fn cached(p: k8s_openapi::api::core::v1::Pod) -> Arc<CachedPod> {
+        Arc::new(CachedPod::from_pod(p))
+    }
+
+    #[test]
+    fn selected_pods_use_the_rarest_pair_and_match_exactly() {
+        let mut s = PodStore::default();
+        for i in 0..5 {
+            s.upsert(cached(
+                pod(&format!("web-{i}"), "web").label("tier", "a").build(),
+            ));
+        }
+        s.upsert(cached(pod("web-x", "web").label("tier", "b").build()));
+        s.upsert(cached(pod("db-0", "db").label("tier", "a").build()));
+        let sel = BTreeMap::from([
+            ("app".to_owned(), "web".to_owned()),
+            ("tier".to_owned(), "b".to_owned()),
+        ]);
+        let names: Vec<String> = s
+            .selected("default", Some(&sel))
+            .iter()
+            .map(|p| PodView::name(&**p).to_owned())
+            .collect();
+        assert_eq!(names, ["web-x"]);
+        assert!(s.selected("default", None).is_empty());
+        assert_eq!(s.selected("default", Some(&BTreeMap::new())).len(), 7);
+        let missing = BTreeMap::from([("app".to_owned(), "nope".to_owned())]);
+        assert!(s.selected("default", Some(&missing)).is_empty());
+        assert!(s.selected("other", Some(&sel)).is_empty());
+    }
+
+    #[test]
+    fn relabelled_pods_move_in_the_index() {
+        let mut s = PodStore::default();
+        s.upsert(cached(pod("p", "a").build()));
+        let old = s.upsert(cached(pod("p", "b").build()));
+        assert!(old.is_some());
+        let a = BTreeMap::from([("app".to_owned(), "a".to_owned())]);
+        let b = BTreeMap::from([("app".to_owned(), "b".to_owned())]);
+        assert!(s.selected("default", Some(&a)).is_empty());
+        assert_eq!(s.selected("default", Some(&b)).len(), 1);
+        assert_eq!(s.on_node("node-a").len(), 1);
+        s.upsert(cached(pod("p", "b").node("node-b").build()));
+        assert!(s.on_node("node-a").is_empty());
+        assert_eq!(s.on_node("node-b").len(), 1);
+        s.remove("default", "p");
+        assert!(s.selected("default", Some(&b)).is_empty());
+        assert!(s.on_node("node-b").is_empty());
+        assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn rule_2_1_service_index_finds_matching_services_without_a_scan() {
+        let mut s = ServiceStore::default();
+        s.upsert(Arc::new(svc("web").selector("app", "web").build()));
+        s.upsert(Arc::new(
+            svc("web-a")
+                .selector("app", "web")
+                .selector("tier", "a")
+                .build(),
+        ));
+        s.upsert(Arc::new(svc("db").selector("app", "db").build()));
+        s.upsert(Arc::new(svc("none").no_selector().build()));
+        let mut all = svc("all").build();
+        if let Some(sp) = all.spec.as_mut() {
+            sp.selector = Some(BTreeMap::new());
+        }
+        s.upsert(Arc::new(all));
+        let p = pod("p", "web").label("tier", "b").build();
+        let names: Vec<String> = s
+            .matching(&p)
+            .iter()
+            .map(|x| x.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["all", "web"]);
+        // A selector change moves the Service in the index.
+        s.upsert(Arc::new(svc("web").selector("app", "db").build()));
+        let names: Vec<String> = s
+            .matching(&p)
+            .iter()
+            .map(|x| x.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["all"]);
+    }
+
+    #[test]
+    fn slices_are_found_by_service_label() {
+        let mut s = SliceStore::default();
+        let mk = |name: &str, svc: &str| {
+            let mut sl = EndpointSlice::default();
+            sl.metadata.namespace = Some("ns".into());
+            sl.metadata.name = Some(name.into());
+            sl.metadata.labels = Some(BTreeMap::from([(
+                LABEL_SERVICE_NAME.to_owned(),
+                svc.to_owned(),
+            )]));
+            Arc::new(sl)
+        };
+        s.upsert(mk("a-1", "a"));
+        s.upsert(mk("a-2", "a"));
+        s.upsert(mk("b-1", "b"));
+        assert_eq!(s.of_service("ns", "a").len(), 2);
+        // Relabelled to another Service.
+        s.upsert(mk("a-2", "b"));
+        assert_eq!(s.of_service("ns", "a").len(), 1);
+        assert_eq!(s.of_service("ns", "b").len(), 2);
+        s.remove("ns", "b-1");
+        assert_eq!(s.of_service("ns", "b").len(), 1);
+        assert!(s.of_service("other", "b").is_empty());
+    }
+}

@@ -1,0 +1,296 @@
+//! The Endpoints controller's shell (endpoints-spec §4.1, §4.6, §4.7): one legacy
+//! `v1.Endpoints` object per Service with a selector, written with create or update
+//! (resourceVersion precondition) or deleted when its Service is gone, never based on
+//! a cached object the controller has already replaced.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use tracing::debug;
+
+use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
+use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
+use crate::core::event::PlannedEvent;
+use crate::core::label_syntax::selector_errors;
+use crate::core::trigger_time::TriggerTimeTracker;
+use crate::shell::apply::{WriteError, WriteErrorKind, Writer};
+use crate::shell::cache::{Cache, Store};
+use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use crate::shell::metrics::Metrics;
+use crate::shell::queue::WorkQueue;
+use crate::shell::watch::Change;
+
+/// `reportingController` of this controller's events.
+pub const COMPONENT: &str = "endpoint-controller";
+const RESOURCE: &str = "endpoints";
+pub const REASON_FAILED_TO_CREATE: &str = "FailedToCreateEndpoint";
+pub const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
+
+/// Settings of the Endpoints controller.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// `--endpoint-updates-batch-period`.
+    pub batch_period: Duration,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    stale: StaleEndpointsTracker,
+    trigger_times: TriggerTimeTracker,
+}
+
+/// The controller.
+#[derive(Debug)]
+pub struct EndpointsController {
+    cache: Arc<Cache>,
+    queue: Arc<WorkQueue<String>>,
+    writer: Writer,
+    events: EventRecorder,
+    metrics: Metrics,
+    config: Config,
+    state: Mutex<State>,
+}
+
+impl EndpointsController {
+    pub fn new(
+        cache: Arc<Cache>,
+        queue: Arc<WorkQueue<String>>,
+        writer: Writer,
+        events: EventRecorder,
+        metrics: Metrics,
+        config: Config,
+    ) -> Self {
+        Self {
+            cache,
+            queue,
+            writer,
+            events,
+            metrics,
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
+        &self.queue
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, key: String) {
+        enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+    }
+
+    // --- event handlers (§4.1) ----------------------------------------------------
+
+    pub fn on_service(&self, change: &Change<Service>) {
+        let m = &change.latest().metadata;
+        self.add(format!(
+            "{}/{}",
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default()
+        ));
+    }
+
+    pub fn on_pod_keys(&self, keys: Vec<String>) {
+        for key in keys {
+            enqueue_after(
+                &self.queue,
+                &self.metrics,
+                Self::QUEUE,
+                key,
+                self.config.batch_period,
+            );
+        }
+    }
+
+    /// Only deletes are watched: a hand edit persists until the next sync.
+    pub fn on_endpoints(&self, change: &Change<Endpoints>) {
+        if let Change::Deleted(e) = change {
+            let m = &e.metadata;
+            self.add(format!(
+                "{}/{}",
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+
+    /// Once the caches are synced: every Endpoints object but leader-election
+    /// records, so leftovers of Services deleted while nobody watched are removed.
+    pub fn queue_startup_keys(&self) {
+        let endpoints = self.cache.endpoints.read().all();
+        for key in startup_keys(endpoints.iter().map(Arc::as_ref)) {
+            self.add(key);
+        }
+    }
+
+    // --- sync ----------------------------------------------------------------------
+
+    fn event(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        reason: &'static str,
+        message: String,
+    ) {
+        self.events.record(EventRecord::from_planned(
+            object_reference("v1", "Endpoints", namespace, name, uid),
+            COMPONENT,
+            "Reconcile",
+            &PlannedEvent::warning(reason, message),
+        ));
+    }
+
+    async fn sync_key(&self, key: &str) -> Result<(), SyncError> {
+        let (namespace, name) = split_key(key);
+        let service = self.cache.services.read().get(namespace, name);
+        let existing = self.cache.endpoints.read().get(namespace, name);
+        if let Some(e) = &existing
+            && self.state().stale.is_stale(key, e)
+        {
+            return Err(SyncError::Stale("Endpoints"));
+        }
+        let selector = service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.selector.as_ref());
+        if selector.is_some_and(|s| !selector_errors(s).is_empty()) {
+            // Reported by the EndpointSlice controller's event; nothing can match.
+            return Ok(());
+        }
+        let pods = self.cache.pods.read().selected(namespace, selector);
+        let plan = {
+            let mut st = self.state();
+            let trigger_time = match &service {
+                Some(s) if selector.is_some() => st.trigger_times.compute(s, &pods),
+                _ => None,
+            };
+            if service.is_none() {
+                st.trigger_times.forget(namespace, name);
+                st.stale.forget(key);
+            }
+            core_endpoints::reconcile(&core_endpoints::Inputs {
+                namespace,
+                name,
+                service: service.as_deref(),
+                pods: &pods,
+                existing: existing.as_deref(),
+                trigger_time,
+            })
+        };
+        let plan = match plan {
+            Outcome::Skipped(reason) => {
+                debug!(key, ?reason, "not handled");
+                return Ok(());
+            }
+            Outcome::Planned(plan) => plan,
+        };
+        for write in plan.writes {
+            match write {
+                EndpointsWrite::Create(obj) => {
+                    match self.writer.create(RESOURCE, namespace, &obj).await {
+                        Ok(_) => {}
+                        Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => return Ok(()),
+                        Err(e) => {
+                            self.event(
+                                namespace,
+                                name,
+                                None,
+                                REASON_FAILED_TO_CREATE,
+                                format!("Failed to create endpoint for service {key}: {e}"),
+                            );
+                            return Err(e.into());
+                        }
+                    }
+                }
+                EndpointsWrite::Update(obj) => {
+                    let old_rv = obj.metadata.resource_version.clone();
+                    match self.writer.replace(RESOURCE, namespace, &obj).await {
+                        Ok(stored) => self.state().stale.record_update(
+                            key,
+                            old_rv.as_deref(),
+                            stored.metadata.resource_version.as_deref(),
+                        ),
+                        Err(e) => {
+                            self.update_failed(namespace, name, &obj, &e);
+                            return Err(e.into());
+                        }
+                    }
+                }
+                EndpointsWrite::Delete(r) => {
+                    self.writer
+                        .delete::<Endpoints>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn update_failed(&self, namespace: &str, name: &str, obj: &Endpoints, e: &WriteError) {
+        self.event(
+            namespace,
+            name,
+            obj.metadata.uid.as_deref(),
+            REASON_FAILED_TO_UPDATE,
+            format!("Failed to update endpoint {namespace}/{name}: {e}"),
+        );
+    }
+}
+
+impl Syncer for EndpointsController {
+    const QUEUE: &'static str = "endpoint";
+
+    async fn sync(&self, key: &str) -> Result<(), SyncError> {
+        self.sync_key(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::{endpoints as endpoints_fixture, svc};
+    use crate::shell::controllers::test_support::{parts, write_attempts};
+    use crate::shell::queue::RateLimit;
+
+    #[tokio::test]
+    async fn rule_4_7_no_sync_while_the_cache_shows_the_version_we_replaced() {
+        let p = parts();
+        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINTS, p.stop.clone()));
+        let c = EndpointsController::new(
+            p.cache.clone(),
+            queue,
+            p.writer.clone(),
+            p.events.clone(),
+            p.metrics.clone(),
+            Config {
+                batch_period: Duration::ZERO,
+            },
+        );
+        let mut cached = endpoints_fixture("web").build();
+        cached.metadata.resource_version = Some("5".into());
+        p.cache
+            .services
+            .write()
+            .upsert(Arc::new(svc("web").build()));
+        p.cache.endpoints.write().upsert(Arc::new(cached.clone()));
+        c.state()
+            .stale
+            .record_update("default/web", Some("5"), Some("6"));
+        let r = c.sync_key("default/web").await;
+        assert!(matches!(r, Err(SyncError::Stale(_))), "{r:?}");
+        assert_eq!(write_attempts(&p.metrics), 0);
+        // The cache moves on: the sync runs (and, offline, fails to write).
+        cached.metadata.resource_version = Some("6".into());
+        p.cache.endpoints.write().upsert(Arc::new(cached));
+        let r = c.sync_key("default/web").await;
+        assert!(matches!(r, Err(SyncError::Write(_))), "{r:?}");
+        assert_eq!(write_attempts(&p.metrics), 1);
+    }
+}

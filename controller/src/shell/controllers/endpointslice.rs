@@ -1,0 +1,565 @@
+//! The EndpointSlice controller's shell (endpoints-spec §2.2, §2.9, §2.10, §2.12,
+//! §2.13): read one Service's world from the cache, refuse to act on a cache older
+//! than our own last write, call the pure reconciler, carry the plan out pass by pass,
+//! and keep the tracker, the trigger times, the topology cache and the metrics.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use tokio::sync::Notify;
+use tracing::{debug, warn};
+
+use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use crate::core::cached_pod::CachedPod;
+use crate::core::endpointslice::tracker::SliceTracker;
+use crate::core::endpointslice::triggers;
+use crate::core::endpointslice::{
+    AddressTypePass, Inputs, Outcome, SliceRef, is_managed_slice_of, reconcile_with_hints,
+};
+use crate::core::event::PlannedEvent;
+use crate::core::label_syntax::selector_errors;
+use crate::core::topology::{HintsMode, TopologyPolicy, hints_enabled};
+use crate::core::trigger_time::TriggerTimeTracker;
+use crate::shell::apply::{WriteError, WriteErrorKind, Writer};
+use crate::shell::cache::{Cache, Store};
+use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use crate::shell::metrics::{
+    ChangedPerSyncLabels, Metrics, OperationLabels, ResultLabels, TrafficDistributionLabels,
+};
+use crate::shell::queue::WorkQueue;
+use crate::shell::watch::Change;
+
+/// `reportingController` of this controller's events.
+pub const COMPONENT: &str = "endpoint-slice-controller";
+const RESOURCE: &str = "endpointslices";
+/// Slice events are batched at least this long (§2.1).
+const MIN_SLICE_EVENT_DELAY: Duration = Duration::from_secs(1);
+/// Reason of the event for a Service whose selector cannot be valid.
+pub const REASON_INVALID_SELECTOR: &str = "InvalidSelector";
+
+/// Settings of the EndpointSlice controller.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub max_endpoints_per_slice: usize,
+    /// `--endpointslice-updates-batch-period`.
+    pub batch_period: Duration,
+}
+
+/// The per-Service figures behind the three gauges (§2.13): replaced on every pass,
+/// so a dual-stack Service counts as its last family, as upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Figures {
+    desired: i64,
+    slices: i64,
+    desired_slices: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tracker: SliceTracker,
+    trigger_times: TriggerTimeTracker,
+    topology: TopologyPolicy,
+    figures: HashMap<String, Figures>,
+    traffic_distribution: HashMap<String, &'static str>,
+}
+
+/// The controller.
+#[derive(Debug)]
+pub struct EndpointSliceController {
+    cache: Arc<Cache>,
+    queue: Arc<WorkQueue<String>>,
+    writer: Writer,
+    events: EventRecorder,
+    metrics: Metrics,
+    config: Config,
+    state: Mutex<State>,
+    /// Wakes the topology task (Node changes are coalesced into one recomputation).
+    topology_dirty: Notify,
+}
+
+impl EndpointSliceController {
+    pub fn new(
+        cache: Arc<Cache>,
+        queue: Arc<WorkQueue<String>>,
+        writer: Writer,
+        events: EventRecorder,
+        metrics: Metrics,
+        config: Config,
+    ) -> Self {
+        Self {
+            cache,
+            queue,
+            writer,
+            events,
+            metrics,
+            config,
+            state: Mutex::new(State::default()),
+            topology_dirty: Notify::new(),
+        }
+    }
+
+    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
+        &self.queue
+    }
+
+    /// The state is only touched between awaits (never across one); a poisoned lock
+    /// still holds complete tracker entries.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(&self, key: String) {
+        enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+    }
+
+    fn add_after(&self, key: String, delay: Duration) {
+        enqueue_after(&self.queue, &self.metrics, Self::QUEUE, key, delay);
+    }
+
+    // --- event handlers (§2.1) --------------------------------------------------
+
+    pub fn on_service(&self, change: &Change<Service>) {
+        self.add(triggers::service_key(change.latest()));
+    }
+
+    /// Services a Pod event affects, already computed by the dispatcher.
+    pub fn on_pod_keys(&self, keys: Vec<String>) {
+        for key in keys {
+            self.add_after(key, self.config.batch_period);
+        }
+    }
+
+    pub fn on_slice(&self, change: &Change<EndpointSlice>) {
+        let keys = {
+            let mut st = self.state();
+            match change {
+                Change::Added(s) => triggers::services_for_slice_add(s, &st.tracker),
+                Change::Updated { old, new } => {
+                    triggers::services_for_slice_update(old, new, &st.tracker)
+                }
+                Change::Deleted(s) => triggers::services_for_slice_delete(s, &mut st.tracker),
+            }
+        };
+        let delay = self.config.batch_period.max(MIN_SLICE_EVENT_DELAY);
+        for key in keys {
+            self.add_after(key, delay);
+        }
+    }
+
+    pub fn on_node(&self, change: &Change<k8s_openapi::api::core::v1::Node>) {
+        let relevant = match change {
+            Change::Added(_) | Change::Deleted(_) => true,
+            Change::Updated { old, new } => triggers::node_update_affects_topology(old, new),
+        };
+        if relevant {
+            self.topology_dirty.notify_one();
+        }
+    }
+
+    /// Queues a topology recomputation (coalesced with any pending one).
+    pub fn recompute_topology(&self) {
+        self.topology_dirty.notify_one();
+    }
+
+    /// The topology work item (§2.1, §3.3.1, §3.3.6), run whenever Nodes changed in a
+    /// way that matters: recompute the zone ratios and queue the Services whose hints
+    /// they overload. Runs until `cancel`.
+    pub async fn topology_loop(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.topology_dirty.notified() => {}
+            }
+            let keys = {
+                let nodes = self.cache.nodes.read();
+                self.state()
+                    .topology
+                    .set_nodes(nodes.iter().map(Arc::as_ref))
+            };
+            debug!(overloaded = keys.len(), "topology recomputed");
+            for key in keys {
+                self.add(key);
+            }
+        }
+    }
+
+    // --- sync (§2.2) ---------------------------------------------------------------
+
+    fn forget(&self, key: &str) {
+        let mut st = self.state();
+        st.tracker.forget_service(key);
+        let (namespace, name) = split_key(key);
+        st.trigger_times.forget(namespace, name);
+        st.topology.cache_mut().forget_service(key);
+        if let Some(f) = st.figures.remove(key) {
+            self.add_figures(Figures::default(), f);
+        }
+        if let Some(td) = st.traffic_distribution.remove(key) {
+            self.td_gauge(td).dec();
+        }
+    }
+
+    fn td_gauge(&self, td: &'static str) -> prometheus_client::metrics::gauge::Gauge {
+        self.metrics
+            .endpoint_slice()
+            .services_count_by_traffic_distribution
+            .get_or_create(&TrafficDistributionLabels {
+                traffic_distribution: td.to_owned(),
+            })
+            .clone()
+    }
+
+    fn add_figures(&self, new: Figures, old: Figures) {
+        let m = self.metrics.endpoint_slice();
+        m.endpoints_desired.inc_by(new.desired - old.desired);
+        m.num_endpoint_slices.inc_by(new.slices - old.slices);
+        m.desired_endpoint_slices
+            .inc_by(new.desired_slices - old.desired_slices);
+    }
+
+    fn record_figures(&self, key: &str, pass: &AddressTypePass) {
+        let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let new = Figures {
+            desired: to_i64(pass.stats.endpoints_desired),
+            slices: to_i64(pass.stats.slices_after),
+            desired_slices: to_i64(pass.stats.slices_desired),
+        };
+        let old = self
+            .state()
+            .figures
+            .insert(key.to_owned(), new)
+            .unwrap_or_default();
+        self.add_figures(new, old);
+    }
+
+    fn record_traffic_distribution(&self, key: &str, service: &Service) {
+        let td = match HintsMode::of_service(service) {
+            HintsMode::TrafficDistribution(td) => Some(td.as_str()),
+            HintsMode::Auto | HintsMode::Disabled => None,
+        };
+        let old = {
+            let mut st = self.state();
+            match td {
+                Some(td) => st.traffic_distribution.insert(key.to_owned(), td),
+                None => st.traffic_distribution.remove(key),
+            }
+        };
+        if old != td {
+            if let Some(o) = old {
+                self.td_gauge(o).dec();
+            }
+            if let Some(n) = td {
+                self.td_gauge(n).inc();
+            }
+        }
+    }
+
+    fn event(&self, service: &Service, action: &'static str, planned: &PlannedEvent) {
+        let m = &service.metadata;
+        self.events.record(EventRecord::from_planned(
+            object_reference(
+                "v1",
+                "Service",
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default(),
+                m.uid.as_deref(),
+            ),
+            COMPONENT,
+            action,
+            planned,
+        ));
+    }
+
+    fn count_sync(&self, result: &'static str) {
+        self.metrics
+            .endpoint_slice()
+            .syncs
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn count_change(&self, operation: &'static str) {
+        self.metrics
+            .endpoint_slice()
+            .changes
+            .get_or_create(&OperationLabels { operation })
+            .inc();
+    }
+
+    /// Carries one pass out in order, stopping at the first failed write (§2.9).
+    /// Returns the writes made.
+    async fn apply_pass(
+        &self,
+        key: &str,
+        namespace: &str,
+        creates: &[EndpointSlice],
+        updates: &[EndpointSlice],
+        deletes: &[SliceRef],
+    ) -> Result<usize, WriteError> {
+        let mut written = 0;
+        for slice in creates {
+            match self.writer.create(RESOURCE, namespace, slice).await {
+                Ok(stored) => {
+                    self.state().tracker.record_written(key, &stored);
+                    self.count_change("create");
+                    written += 1;
+                }
+                Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => {
+                    debug!(key, "namespace terminating; creates skipped");
+                    return Ok(written);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for slice in updates {
+            let stored = self.writer.replace(RESOURCE, namespace, slice).await?;
+            self.state().tracker.record_written(key, &stored);
+            self.count_change("update");
+            written += 1;
+        }
+        for r in deletes {
+            self.writer
+                .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
+                .await?;
+            if let Some(uid) = &r.uid {
+                self.state().tracker.record_deleted(key, uid);
+            }
+            self.count_change("delete");
+            written += 1;
+        }
+        Ok(written)
+    }
+
+    async fn sync_service(&self, key: &str) -> Result<(), SyncError> {
+        let (namespace, name) = split_key(key);
+        let Some(service) = self.cache.services.read().get(namespace, name) else {
+            self.forget(key);
+            return Ok(());
+        };
+        let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+        if let Some(selector) = selector {
+            let errors = selector_errors(selector);
+            if !errors.is_empty() {
+                // No Pod can carry an invalid label, so nothing can be selected; say
+                // so on the Service instead of writing an empty placeholder.
+                self.event(
+                    &service,
+                    "Reconcile",
+                    &PlannedEvent::warning(
+                        REASON_INVALID_SELECTOR,
+                        format!("spec.selector is invalid: {}", errors.join("; ")),
+                    ),
+                );
+                return Ok(());
+            }
+        }
+        let pods: Vec<Arc<CachedPod>> = self.cache.pods.read().selected(namespace, selector);
+        let slices = self.cache.slices.read().of_service(namespace, name);
+        let plan = {
+            let mut st = self.state();
+            let managed: Vec<&EndpointSlice> = slices
+                .iter()
+                .map(Arc::as_ref)
+                .filter(|s| is_managed_slice_of(s, &service))
+                .collect();
+            if st.tracker.is_stale(key, &managed) {
+                drop(st);
+                self.count_sync("stale");
+                return Err(SyncError::Stale("EndpointSlice"));
+            }
+            let trigger_time = st.trigger_times.compute(&service, &pods);
+            let nodes = self.cache.nodes.read();
+            let inputs = Inputs {
+                service: &service,
+                pods: &pods,
+                nodes: &*nodes,
+                existing: &slices,
+                trigger_time,
+                max_endpoints_per_slice: self.config.max_endpoints_per_slice,
+            };
+            match reconcile_with_hints(&inputs, &mut st.topology) {
+                Outcome::Skipped(reason) => {
+                    debug!(key, ?reason, "not handled");
+                    return Ok(());
+                }
+                Outcome::Planned(plan) => plan,
+            }
+        };
+
+        let topology = if hints_enabled(&service) {
+            "Auto"
+        } else {
+            "Disabled"
+        };
+        let traffic_distribution = match HintsMode::of_service(&service) {
+            HintsMode::TrafficDistribution(td) => td.as_str().to_owned(),
+            _ => String::new(),
+        };
+        self.record_traffic_distribution(key, &service);
+        let mut failure: Option<WriteError> = None;
+        for pass in &plan.passes {
+            let es = self.metrics.endpoint_slice();
+            es.endpoints_added_per_sync
+                .observe(pass.stats.endpoints_added as f64);
+            es.endpoints_removed_per_sync
+                .observe(pass.stats.endpoints_removed as f64);
+            self.record_figures(key, pass);
+            let result = self
+                .apply_pass(key, namespace, &pass.creates, &pass.updates, &pass.deletes)
+                .await;
+            let written = result.unwrap_or_else(|e| {
+                warn!(key, address_type = pass.address_type, error = %e, "writing EndpointSlices failed");
+                failure.get_or_insert(e);
+                0
+            });
+            es.endpointslices_changed_per_sync
+                .get_or_create(&ChangedPerSyncLabels {
+                    topology,
+                    traffic_distribution: traffic_distribution.clone(),
+                })
+                .observe(written as f64);
+        }
+        if failure.is_none()
+            && !plan.unsupported_deletes.is_empty()
+            && let Err(e) = self
+                .apply_pass(key, namespace, &[], &[], &plan.unsupported_deletes)
+                .await
+        {
+            failure = Some(e);
+        }
+        for planned in &plan.events {
+            self.event(&service, "Reconcile", planned);
+        }
+        if let Some(e) = failure {
+            self.event(
+                &service,
+                "Reconcile",
+                &PlannedEvent::warning(
+                    crate::core::endpointslice::REASON_FAILED_TO_UPDATE,
+                    format!("Error updating Endpoint Slices for Service {key}: {e}"),
+                ),
+            );
+            self.count_sync("error");
+            return Err(SyncError::Write(e));
+        }
+        if let Some(message) = plan.error {
+            self.count_sync("error");
+            return Err(SyncError::Plan(message));
+        }
+        self.count_sync("success");
+        Ok(())
+    }
+}
+
+impl Syncer for EndpointSliceController {
+    const QUEUE: &'static str = "endpoint_slice";
+
+    async fn sync(&self, key: &str) -> Result<(), SyncError> {
+        self.sync_service(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::endpointslice::reconcile;
+    use crate::core::fixtures::{as_stored, node, pod, svc};
+    use crate::shell::cache::Store;
+    use crate::shell::controllers::test_support::{parts, write_attempts};
+    use crate::shell::queue::RateLimit;
+
+    #[tokio::test]
+    async fn rule_2_10_no_sync_from_a_cache_older_than_our_last_write() {
+        let p = parts();
+        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
+        let c = EndpointSliceController::new(
+            p.cache.clone(),
+            queue,
+            p.writer.clone(),
+            p.events.clone(),
+            p.metrics.clone(),
+            Config {
+                max_endpoints_per_slice: 100,
+                batch_period: Duration::ZERO,
+            },
+        );
+        let service = svc("web").port("http", 80, 8080).build();
+        let web0 = pod("web-0", "web").ip("10.0.0.1").ready().build();
+        let nodes = crate::core::fixtures::nodes(&[node("node-a", Some("z"))]);
+        // The slice a first sync would create, as the API server stored it.
+        let Outcome::Planned(plan) = reconcile(&Inputs {
+            service: &service,
+            pods: &[Arc::new(web0.clone())],
+            nodes: &nodes,
+            existing: &[],
+            trigger_time: None,
+            max_endpoints_per_slice: 100,
+        }) else {
+            panic!("planned");
+        };
+        let stored = as_stored(plan.passes[0].creates[0].clone(), "web-abcde");
+        p.cache.services.write().upsert(Arc::new(service));
+        p.cache
+            .pods
+            .write()
+            .upsert(Arc::new(CachedPod::from_pod(web0)));
+        p.cache
+            .nodes
+            .write()
+            .upsert(Arc::new(node("node-a", Some("z"))));
+        p.cache.slices.write().upsert(Arc::new(stored.clone()));
+
+        // We wrote generation 2; the cache still shows generation 1.
+        let mut ours = stored.clone();
+        ours.metadata.generation = Some(2);
+        c.state().tracker.record_written("default/web", &ours);
+        let r = c.sync_service("default/web").await;
+        assert!(matches!(r, Err(SyncError::Stale(_))), "{r:?}");
+        assert_eq!(
+            write_attempts(&p.metrics),
+            0,
+            "nothing written from the stale view"
+        );
+
+        // Caught up: the sync runs, and the stored slice is already right.
+        p.cache.slices.write().upsert(Arc::new(ours));
+        let r = c.sync_service("default/web").await;
+        assert!(r.is_ok(), "{r:?}");
+        assert_eq!(write_attempts(&p.metrics), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_a_sync_error_with_an_event() {
+        let p = parts();
+        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
+        let c = EndpointSliceController::new(
+            p.cache.clone(),
+            queue,
+            p.writer.clone(),
+            p.events.clone(),
+            p.metrics.clone(),
+            Config {
+                max_endpoints_per_slice: 100,
+                batch_period: Duration::ZERO,
+            },
+        );
+        p.cache
+            .services
+            .write()
+            .upsert(Arc::new(svc("web").port("http", 80, 8080).build()));
+        let r = c.sync_service("default/web").await;
+        let Err(SyncError::Write(e)) = r else {
+            panic!("expected a write error, got {r:?}");
+        };
+        assert_eq!(e.kind, WriteErrorKind::Transient);
+        assert_eq!((e.verb, e.resource), ("create", "endpointslices"));
+        assert_eq!(
+            write_attempts(&p.metrics),
+            1,
+            "the placeholder create, once"
+        );
+    }
+}

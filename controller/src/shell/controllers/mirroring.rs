@@ -1,0 +1,450 @@
+//! The EndpointSliceMirroring controller's shell (endpoints-spec §5): EndpointSlices
+//! for the hand-written Endpoints of selectorless Services, with the same stale-cache
+//! guard as the EndpointSlice controller (§2.10) over the slices it mirrors.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use crate::core::endpointslice::SliceWrite;
+use crate::core::endpointslice::tracker::SliceTracker;
+use crate::core::endpointslice::triggers::slice_service_key;
+use crate::core::keys::LABEL_MANAGED_BY;
+use crate::core::mirroring::{
+    self as core_mirroring, CONTROLLER_NAME, MirrorStats, is_mirrored_slice_of, should_mirror,
+};
+use crate::shell::apply::{WriteErrorKind, Writer};
+use crate::shell::cache::{Cache, Store};
+use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use crate::shell::metrics::{Metrics, OperationLabels};
+use crate::shell::queue::WorkQueue;
+use crate::shell::watch::Change;
+
+/// `reportingController` of this controller's events.
+pub const COMPONENT: &str = "endpoint-slice-mirroring-controller";
+const RESOURCE: &str = "endpointslices";
+
+/// Settings of the mirroring controller.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// `--mirroring-max-endpoints-per-subset`.
+    pub max_endpoints_per_subset: usize,
+    /// `--mirroring-endpointslice-updates-batch-period` (slice events only).
+    pub batch_period: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Figures {
+    desired: i64,
+    slices: i64,
+    desired_slices: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tracker: SliceTracker,
+    figures: HashMap<String, Figures>,
+}
+
+fn managed_by_mirroring(slice: &EndpointSlice) -> bool {
+    slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_MANAGED_BY))
+        .is_some_and(|v| v == CONTROLLER_NAME)
+}
+
+fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn has_selector(s: &Service) -> bool {
+    s.spec
+        .as_ref()
+        .and_then(|sp| sp.selector.as_ref())
+        .is_some()
+}
+
+/// Keys a Service change queues (§5.1): a selectorless Service added or deleted, or
+/// a selector appearing or disappearing.
+pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
+    let queue = match change {
+        Change::Added(s) | Change::Deleted(s) => !has_selector(s),
+        Change::Updated { old, new } => has_selector(old) != has_selector(new),
+    };
+    queue.then(|| key_of(&change.latest().metadata))
+}
+
+/// Keys an Endpoints change queues (§5.1): a mirrorable object added or deleted, an
+/// update where the old or the new version is mirrorable.
+pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
+    let mirrorable = |e: &Endpoints| should_mirror(e).is_ok();
+    let queue = match change {
+        Change::Added(e) | Change::Deleted(e) => mirrorable(e),
+        Change::Updated { old, new } => mirrorable(old) || mirrorable(new),
+    };
+    queue.then(|| key_of(&change.latest().metadata))
+}
+
+/// Keys a slice change queues, with the tracker rules of §2.1 applied to mirrored
+/// slices.
+pub fn keys_for_slice(change: &Change<EndpointSlice>, tracker: &mut SliceTracker) -> Vec<String> {
+    match change {
+        Change::Added(s) => match slice_service_key(s) {
+            Some(k) if managed_by_mirroring(s) && tracker.should_sync(&k, s) => vec![k],
+            _ => Vec::new(),
+        },
+        Change::Updated { old, new } => {
+            let (ok, nk) = (slice_service_key(old), slice_service_key(new));
+            if ok != nk {
+                return ok.into_iter().chain(nk).collect();
+            }
+            let Some(k) = nk else { return Vec::new() };
+            let moved = managed_by_mirroring(old) != managed_by_mirroring(new);
+            if moved || (managed_by_mirroring(new) && tracker.should_sync(&k, new)) {
+                vec![k]
+            } else {
+                Vec::new()
+            }
+        }
+        Change::Deleted(s) => {
+            let (Some(k), Some(uid)) = (slice_service_key(s), s.metadata.uid.as_deref()) else {
+                return Vec::new();
+            };
+            if !managed_by_mirroring(s)
+                || !tracker.is_tracked(&k, uid)
+                || tracker.observe_deleted(&k, uid)
+            {
+                Vec::new()
+            } else {
+                vec![k]
+            }
+        }
+    }
+}
+
+/// The controller.
+#[derive(Debug)]
+pub struct MirroringController {
+    cache: Arc<Cache>,
+    queue: Arc<WorkQueue<String>>,
+    writer: Writer,
+    events: EventRecorder,
+    metrics: Metrics,
+    config: Config,
+    state: Mutex<State>,
+}
+
+impl MirroringController {
+    pub fn new(
+        cache: Arc<Cache>,
+        queue: Arc<WorkQueue<String>>,
+        writer: Writer,
+        events: EventRecorder,
+        metrics: Metrics,
+        config: Config,
+    ) -> Self {
+        Self {
+            cache,
+            queue,
+            writer,
+            events,
+            metrics,
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
+        &self.queue
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn on_service(&self, change: &Change<Service>) {
+        if let Some(key) = keys_for_service(change) {
+            enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+        }
+    }
+
+    pub fn on_endpoints(&self, change: &Change<Endpoints>) {
+        if let Some(key) = keys_for_endpoints(change) {
+            enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+        }
+    }
+
+    pub fn on_slice(&self, change: &Change<EndpointSlice>) {
+        let keys = keys_for_slice(change, &mut self.state().tracker);
+        for key in keys {
+            enqueue_after(
+                &self.queue,
+                &self.metrics,
+                Self::QUEUE,
+                key,
+                self.config.batch_period,
+            );
+        }
+    }
+
+    fn record_figures(&self, key: &str, stats: &MirrorStats, slices: usize, forget: bool) {
+        let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let max = self.config.max_endpoints_per_subset.max(1);
+        let new = Figures {
+            desired: to_i64(stats.endpoints_desired),
+            slices: to_i64(slices),
+            desired_slices: to_i64(stats.endpoints_desired.div_ceil(max)),
+        };
+        let old = {
+            let mut st = self.state();
+            if forget {
+                st.figures.remove(key)
+            } else {
+                st.figures.insert(key.to_owned(), new)
+            }
+        }
+        .unwrap_or_default();
+        let new = if forget { Figures::default() } else { new };
+        let m = self.metrics.mirroring();
+        m.endpoints_desired.inc_by(new.desired - old.desired);
+        m.num_endpoint_slices.inc_by(new.slices - old.slices);
+        m.desired_endpoint_slices
+            .inc_by(new.desired_slices - old.desired_slices);
+    }
+
+    fn count_change(&self, operation: &'static str) {
+        self.metrics
+            .mirroring()
+            .changes
+            .get_or_create(&OperationLabels { operation })
+            .inc();
+    }
+
+    async fn sync_key(&self, key: &str) -> Result<(), SyncError> {
+        let start = Instant::now();
+        let (namespace, name) = split_key(key);
+        let endpoints = self.cache.endpoints.read().get(namespace, name);
+        let service = self.cache.services.read().get(namespace, name);
+        let slices = self.cache.slices.read().of_service(namespace, name);
+        let plan = {
+            let st = self.state();
+            let mirrored: Vec<&EndpointSlice> = slices
+                .iter()
+                .map(Arc::as_ref)
+                .filter(|s| is_mirrored_slice_of(s, namespace, name))
+                .filter(|s| s.metadata.deletion_timestamp.is_none())
+                .collect();
+            if st.tracker.is_stale(key, &mirrored) {
+                return Err(SyncError::Stale("mirrored EndpointSlice"));
+            }
+            core_mirroring::reconcile(&core_mirroring::Inputs {
+                namespace,
+                name,
+                endpoints: endpoints.as_deref(),
+                service: service.as_deref(),
+                existing: &slices,
+                max_endpoints_per_subset: self.config.max_endpoints_per_subset,
+            })
+        };
+        let m = self.metrics.mirroring();
+        m.endpoints_added_per_sync
+            .observe(plan.stats.endpoints_added as f64);
+        m.endpoints_updated_per_sync
+            .observe(plan.stats.endpoints_updated as f64);
+        m.endpoints_removed_per_sync
+            .observe(plan.stats.endpoints_removed as f64);
+        m.addresses_skipped_per_sync
+            .observe(plan.stats.addresses_skipped as f64);
+        if let Some(e) = &endpoints {
+            for planned in &plan.events {
+                self.events.record(EventRecord::from_planned(
+                    object_reference(
+                        "v1",
+                        "Endpoints",
+                        namespace,
+                        name,
+                        e.metadata.uid.as_deref(),
+                    ),
+                    COMPONENT,
+                    "Mirror",
+                    planned,
+                ));
+            }
+        }
+        let slices_before = slices
+            .iter()
+            .filter(|s| is_mirrored_slice_of(s, namespace, name))
+            .count();
+        let mut result = Ok(());
+        for write in plan.writes() {
+            let outcome = match write {
+                SliceWrite::Create(slice) => {
+                    match self.writer.create(RESOURCE, namespace, &slice).await {
+                        Ok(stored) => {
+                            self.state().tracker.record_written(key, &stored);
+                            self.count_change("create");
+                            Ok(())
+                        }
+                        Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => {
+                            debug!(key, "namespace terminating; creates skipped");
+                            break;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                SliceWrite::Update(slice) => self
+                    .writer
+                    .replace(RESOURCE, namespace, &slice)
+                    .await
+                    .map(|stored| {
+                        self.state().tracker.record_written(key, &stored);
+                        self.count_change("update");
+                    }),
+                SliceWrite::Delete(r) => self
+                    .writer
+                    .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
+                    .await
+                    .map(|()| {
+                        if let Some(uid) = &r.uid {
+                            self.state().tracker.record_deleted(key, uid);
+                        }
+                        self.count_change("delete");
+                    }),
+            };
+            if let Err(e) = outcome {
+                result = Err(SyncError::Write(e));
+                break;
+            }
+        }
+        let after = (slices_before + plan.creates.len()).saturating_sub(plan.deletes.len());
+        let nothing_left = plan.not_mirrored.is_some() && result.is_ok();
+        if nothing_left {
+            self.state().tracker.forget_service(key);
+        }
+        self.record_figures(key, &plan.stats, after, nothing_left);
+        m.endpoints_sync_duration
+            .observe(start.elapsed().as_secs_f64());
+        result
+    }
+}
+
+impl Syncer for MirroringController {
+    const QUEUE: &'static str = "endpoint_slice_mirroring";
+
+    async fn sync(&self, key: &str) -> Result<(), SyncError> {
+        self.sync_key(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fixtures::{as_stored, endpoints, svc};
+    use crate::core::keys::{LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn rule_5_1_service_events_queue_selectorless_services_and_selector_flips() {
+        let with = Arc::new(svc("a").build());
+        let without = Arc::new(svc("a").no_selector().build());
+        assert_eq!(
+            keys_for_service(&Change::Added(without.clone())).as_deref(),
+            Some("default/a")
+        );
+        assert_eq!(keys_for_service(&Change::Added(with.clone())), None);
+        assert_eq!(
+            keys_for_service(&Change::Deleted(without.clone())).as_deref(),
+            Some("default/a")
+        );
+        assert_eq!(
+            keys_for_service(&Change::Updated {
+                old: with.clone(),
+                new: without.clone()
+            })
+            .as_deref(),
+            Some("default/a")
+        );
+        assert_eq!(
+            keys_for_service(&Change::Updated {
+                old: with.clone(),
+                new: with
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn rule_5_1_endpoints_events_queue_mirrorable_objects() {
+        let plain = Arc::new(endpoints("e").build());
+        let mut skip = endpoints("e").build();
+        skip.metadata.labels = Some(BTreeMap::from([(
+            LABEL_SKIP_MIRROR.to_owned(),
+            "true".to_owned(),
+        )]));
+        let skip = Arc::new(skip);
+        assert_eq!(
+            keys_for_endpoints(&Change::Added(plain.clone())).as_deref(),
+            Some("default/e")
+        );
+        assert_eq!(keys_for_endpoints(&Change::Added(skip.clone())), None);
+        // Becoming skip-mirror must still queue, so the mirrored slices go away.
+        assert_eq!(
+            keys_for_endpoints(&Change::Updated {
+                old: plain,
+                new: skip.clone()
+            })
+            .as_deref(),
+            Some("default/e")
+        );
+        assert_eq!(keys_for_endpoints(&Change::Deleted(skip)), None);
+    }
+
+    fn mirrored(svc_name: &str) -> Arc<EndpointSlice> {
+        let mut s = EndpointSlice::default();
+        s.metadata.namespace = Some("default".into());
+        s.metadata.labels = Some(BTreeMap::from([
+            (LABEL_SERVICE_NAME.to_owned(), svc_name.to_owned()),
+            (LABEL_MANAGED_BY.to_owned(), CONTROLLER_NAME.to_owned()),
+        ]));
+        Arc::new(as_stored(s, "m1"))
+    }
+
+    #[test]
+    fn rule_5_1_mirrored_slice_events_follow_the_tracker() {
+        let mut t = SliceTracker::default();
+        let s = mirrored("e");
+        assert_eq!(
+            keys_for_slice(&Change::Added(s.clone()), &mut t),
+            ["default/e"]
+        );
+        t.record_written("default/e", &s);
+        assert!(keys_for_slice(&Change::Added(s.clone()), &mut t).is_empty());
+        assert!(
+            keys_for_slice(
+                &Change::Updated {
+                    old: s.clone(),
+                    new: s.clone()
+                },
+                &mut t
+            )
+            .is_empty()
+        );
+        // Our own delete is expected once; a foreign delete re-queues.
+        t.record_deleted("default/e", "uid-slice-m1");
+        assert!(keys_for_slice(&Change::Deleted(s.clone()), &mut t).is_empty());
+        t.record_written("default/e", &s);
+        assert_eq!(keys_for_slice(&Change::Deleted(s), &mut t), ["default/e"]);
+    }
+}

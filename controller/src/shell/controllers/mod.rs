@@ -1,0 +1,201 @@
+//! The controllers `svcplane run` runs, each a queue of keys and workers that sync one
+//! key at a time through a pure reconciler and carry its plan out.
+//!
+//! - [`endpointslice`], [`endpoints`], [`mirroring`]: kube-controller-manager's three
+//!   endpoint controllers (endpoints-spec §2, §4, §5);
+//! - [`allocator_repair`]: periodic ClusterIP/NodePort findings and claim repair;
+//! - [`dispatch`]: which keys a watch event queues, for every controller;
+//! - this module: the worker loop and the sync error shared by all of them.
+
+pub mod allocator_repair;
+pub mod dispatch;
+pub mod endpoints;
+pub mod endpointslice;
+pub mod mirroring;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::apply::WriteError;
+use super::metrics::{Metrics, QueueLabels};
+use super::queue::WorkQueue;
+
+/// Failed syncs are retried this many times, then dropped until the next event
+/// (client-go controllers' `maxRetries`).
+pub const MAX_RETRIES: u32 = 15;
+
+/// Why a sync failed; the key is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Our cache has not caught up with our own last write (endpoints-spec §2.10,
+    /// §4.7); acting on it could duplicate or undo that write.
+    #[error("{0} informer cache is out of date")]
+    Stale(&'static str),
+    /// An API write failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The reconciler planned the writes but reported a failure (e.g. a Pod on a
+    /// Node missing from the cache).
+    #[error("{0}")]
+    Plan(String),
+}
+
+impl SyncError {
+    /// A short, stable label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SyncError::Stale(_) => "stale",
+            SyncError::Write(w) => w.kind.label(),
+            SyncError::Plan(_) => "plan",
+        }
+    }
+}
+
+/// One controller's sync of one key.
+pub trait Syncer: Send + Sync + 'static {
+    /// Queue name (`workqueue_*{name=...}`) and log field.
+    const QUEUE: &'static str;
+    fn sync(&self, key: &str) -> impl Future<Output = Result<(), SyncError>> + Send;
+}
+
+/// `namespace/name` split at the first `/`.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// Runs one worker until the queue shuts down: take a key, sync it, forget it on
+/// success, retry it with backoff on failure (at most [`MAX_RETRIES`] times).
+pub async fn worker<S: Syncer>(syncer: Arc<S>, queue: Arc<WorkQueue<String>>, metrics: Metrics) {
+    let labels = QueueLabels { name: S::QUEUE };
+    while let Some(key) = queue.next().await {
+        let (ready, waiting, _) = queue.depth();
+        metrics
+            .queue()
+            .depth
+            .get_or_create(&labels)
+            .set(i64::try_from(ready + waiting).unwrap_or(i64::MAX));
+        let start = Instant::now();
+        let span = info_span!("sync", controller = S::QUEUE, key = %key);
+        let result = syncer.sync(&key).instrument(span).await;
+        let elapsed = start.elapsed().as_secs_f64();
+        metrics
+            .queue()
+            .work_duration
+            .get_or_create(&labels)
+            .observe(elapsed);
+        metrics.reconcile_duration(S::QUEUE, elapsed);
+        match result {
+            Ok(()) => queue.forget(&key),
+            Err(e) => {
+                let retries = queue.num_requeues(&key);
+                if retries < MAX_RETRIES {
+                    let delay = queue.add_rate_limited(key.clone());
+                    metrics.queue().retries.get_or_create(&labels).inc();
+                    match &e {
+                        SyncError::Stale(_) => {
+                            debug!(
+                                controller = S::QUEUE,
+                                key,
+                                ?delay,
+                                "cache behind our last write; retrying"
+                            )
+                        }
+                        _ => {
+                            warn!(controller = S::QUEUE, key, reason = e.reason(), error = %e, ?delay, "sync failed; retrying")
+                        }
+                    }
+                } else {
+                    queue.forget(&key);
+                    warn!(controller = S::QUEUE, key, error = %e, retries, "sync failed too often; dropped until the next change");
+                }
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+/// Queues `key` now and counts the add.
+pub fn enqueue(queue: &WorkQueue<String>, metrics: &Metrics, name: &'static str, key: String) {
+    metrics
+        .queue()
+        .adds
+        .get_or_create(&QueueLabels { name })
+        .inc();
+    queue.add(key);
+}
+
+/// Queues `key` after `delay` and counts the add.
+pub fn enqueue_after(
+    queue: &WorkQueue<String>,
+    metrics: &Metrics,
+    name: &'static str,
+    key: String,
+    delay: std::time::Duration,
+) {
+    metrics
+        .queue()
+        .adds
+        .get_or_create(&QueueLabels { name })
+        .inc();
+    queue.add_after(key, delay);
+}
+
+/// Building blocks for the controllers' unit tests: a client that fails every
+/// request (so a test sees any write attempt as an error, and can count them in the
+/// metrics), and an event recorder on it.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::sync::Arc;
+
+    use http::{Request, Response};
+    use kube::client::Body;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::shell::apply::Writer;
+    use crate::shell::cache::Cache;
+    use crate::shell::events::EventRecorder;
+    use crate::shell::metrics::Metrics;
+
+    pub fn offline_client() -> kube::Client {
+        let svc = tower::service_fn(|_req: Request<Body>| async {
+            Err::<Response<Body>, std::io::Error>(std::io::Error::other(
+                "no API server in unit tests",
+            ))
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    pub struct Parts {
+        pub cache: Arc<Cache>,
+        pub writer: Writer,
+        pub events: EventRecorder,
+        pub metrics: Metrics,
+        pub stop: CancellationToken,
+    }
+
+    pub fn parts() -> Parts {
+        let client = offline_client();
+        let metrics = Metrics::new();
+        let stop = CancellationToken::new();
+        let (events, _task) =
+            EventRecorder::start(client.clone(), "test".into(), metrics.clone(), stop.clone());
+        Parts {
+            cache: Arc::new(Cache::default()),
+            writer: Writer::new(client, metrics.clone()),
+            events,
+            metrics,
+            stop,
+        }
+    }
+
+    /// Writes attempted so far, any verb, any resource.
+    pub fn write_attempts(m: &Metrics) -> u64 {
+        ["create", "update", "delete"]
+            .iter()
+            .flat_map(|v| ["endpointslices", "endpoints"].map(|r| m.api_writes(v, r)))
+            .sum()
+    }
+}

@@ -1,0 +1,25 @@
+//! The controller runtime's I/O: everything between the API server and the pure
+//! reconcilers in [`crate::core`].
+//!
+//! - [`cache`]: stores of stripped objects with label indexes;
+//! - [`watch`]: kube-runtime watchers feeding the stores and emitting changes;
+//! - [`queue`]: the de-duplicating, delayed, rate-limited work queue;
+//! - [`controllers`]: the EndpointSlice, Endpoints, mirroring and allocator-repair
+//!   controllers, and the event-to-key dispatch;
+//! - [`apply`]: API writes and their error classification;
+//! - [`events`]: events.k8s.io/v1 recording off the sync path;
+//! - [`metrics`], [`admin`]: Prometheus metrics and the `/metrics`, `/livez`,
+//!   `/readyz` server;
+//! - [`ratelimit`]: the client-side QPS/burst limit;
+//! - [`runtime`]: starting and stopping the controllers as a unit.
+
+pub mod admin;
+pub mod apply;
+pub mod cache;
+pub mod controllers;
+pub mod events;
+pub mod metrics;
+pub mod queue;
+pub mod ratelimit;
+pub mod runtime;
+pub mod watch;

@@ -1,0 +1,513 @@
+//! The controllers' work queue: de-duplicating, delayed, with per-key exponential
+//! backoff and a global token bucket (endpoints-spec §1.7).
+//!
+//! kube-runtime's `Controller` schedules differently (it does not merge a delayed add
+//! into a key already waiting the way client-go's queue does, and it has no per-key
+//! retry count to give up on), so svcplane keeps its own. The decisions live in
+//! [`QueueCore`], a plain data structure driven by an explicit `now`, so every rule is
+//! unit-tested without a runtime; [`WorkQueue`] wraps it for async workers on the tokio
+//! clock (which tests pause).
+//!
+//! Rules, as client-go's workqueue has them:
+//! - a key is never handed to two workers at once; adding a key that is being
+//!   processed marks it dirty and it is handed out again after [`QueueCore::done`];
+//! - adding a key that is already queued does nothing (the adds merge);
+//! - a delayed add fires at its time; a second delayed add of a key already waiting
+//!   only moves its time earlier;
+//! - a failed key waits `max(base × 2^failures, token-bucket delay)` (capped), and
+//!   [`QueueCore::forget`] resets its failure count after a success.
+
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How a queue delays failed keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Delay after the first failure; doubled per further failure.
+    pub base: Duration,
+    /// Upper bound of the per-key delay.
+    pub max: Duration,
+    /// Global token bucket shared by all failing keys: refill rate...
+    pub qps: f64,
+    /// ...and size.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// The EndpointSlice controller's limiter: 1 s → 1000 s, 10 qps, burst 100.
+    pub const ENDPOINT_SLICE: RateLimit = RateLimit {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(1000),
+        qps: 10.0,
+        burst: 100,
+    };
+    /// The mirroring controller's limiter: 1 s → 100 s, 10 qps, burst 100.
+    pub const MIRRORING: RateLimit = RateLimit {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(100),
+        qps: 10.0,
+        burst: 100,
+    };
+    /// The Endpoints controller's limiter (client-go's default): 5 ms → 1000 s.
+    pub const ENDPOINTS: RateLimit = RateLimit {
+        base: Duration::from_millis(5),
+        max: Duration::from_secs(1000),
+        qps: 10.0,
+        burst: 100,
+    };
+
+    /// The per-key delay after `failures` earlier failures.
+    pub fn backoff(&self, failures: u32) -> Duration {
+        // 2^31 × base overflows long before; the cap applies well before that.
+        let factor = 2u32.saturating_pow(failures.min(31));
+        self.base.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// A token bucket that lets callers reserve a token in advance (the reservation's
+/// delay is how long until the token exists), like golang.org/x/time/rate.
+#[derive(Debug, Clone)]
+struct TokenBucket {
+    tokens: f64,
+    last: Option<Instant>,
+    qps: f64,
+    burst: f64,
+}
+
+impl TokenBucket {
+    fn new(qps: f64, burst: u32) -> Self {
+        Self {
+            tokens: f64::from(burst),
+            last: None,
+            qps,
+            burst: f64::from(burst),
+        }
+    }
+
+    fn reserve(&mut self, now: Instant) -> Duration {
+        if self.qps <= 0.0 {
+            return Duration::ZERO;
+        }
+        if let Some(last) = self.last {
+            let elapsed = now.saturating_duration_since(last).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        }
+        self.last = Some(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.qps)
+        }
+    }
+}
+
+/// The queue's state and rules, driven by an explicit clock.
+#[derive(Debug)]
+pub struct QueueCore<K> {
+    queue: VecDeque<K>,
+    /// Keys waiting to be processed: queued, or processing and to be re-queued.
+    dirty: HashSet<K>,
+    processing: HashSet<K>,
+    /// Delayed adds: the earliest time per key, and a heap of (time, sequence)
+    /// whose stale entries (superseded by an earlier time) are skipped on pop.
+    waiting: HashMap<K, (Instant, u64)>,
+    heap: BinaryHeap<Reverse<(Instant, u64, K)>>,
+    seq: u64,
+    failures: HashMap<K, u32>,
+    limit: RateLimit,
+    bucket: TokenBucket,
+}
+
+impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
+    pub fn new(limit: RateLimit) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            dirty: HashSet::new(),
+            processing: HashSet::new(),
+            waiting: HashMap::new(),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            failures: HashMap::new(),
+            limit,
+            bucket: TokenBucket::new(limit.qps, limit.burst),
+        }
+    }
+
+    /// Queues `key` now. Returns whether it was newly queued (false when it merged
+    /// into a pending entry).
+    pub fn add(&mut self, key: K) -> bool {
+        if self.dirty.contains(&key) {
+            return false;
+        }
+        self.dirty.insert(key.clone());
+        if !self.processing.contains(&key) {
+            self.queue.push_back(key);
+        }
+        true
+    }
+
+    /// Queues `key` at `now + delay`; a zero delay is [`QueueCore::add`].
+    pub fn add_after(&mut self, key: K, delay: Duration, now: Instant) {
+        if delay.is_zero() {
+            self.add(key);
+            return;
+        }
+        let at = now + delay;
+        self.seq += 1;
+        match self.waiting.entry(key.clone()) {
+            Entry::Occupied(mut e) => {
+                if at >= e.get().0 {
+                    return;
+                }
+                e.insert((at, self.seq));
+            }
+            Entry::Vacant(e) => {
+                e.insert((at, self.seq));
+            }
+        }
+        self.heap.push(Reverse((at, self.seq, key)));
+    }
+
+    /// Queues a failed key after its backoff; returns the delay used.
+    pub fn add_rate_limited(&mut self, key: K, now: Instant) -> Duration {
+        let failures = self.failures.entry(key.clone()).or_insert(0);
+        let per_key = self.limit.backoff(*failures);
+        *failures = failures.saturating_add(1);
+        let delay = per_key.max(self.bucket.reserve(now));
+        self.add_after(key, delay, now);
+        delay
+    }
+
+    /// How many times `key` failed since it last succeeded.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Resets `key`'s backoff (after a successful sync, or when giving up on it).
+    pub fn forget(&mut self, key: &K) {
+        self.failures.remove(key);
+    }
+
+    /// Moves delayed keys whose time has come into the queue.
+    fn promote(&mut self, now: Instant) {
+        while let Some(Reverse((at, seq, _))) = self.heap.peek() {
+            if *at > now {
+                break;
+            }
+            let (at, seq) = (*at, *seq);
+            let Some(Reverse((_, _, key))) = self.heap.pop() else {
+                break;
+            };
+            if self.waiting.get(&key) == Some(&(at, seq)) {
+                self.waiting.remove(&key);
+                self.add(key);
+            }
+        }
+    }
+
+    /// Hands out the next key due at `now`, marking it as processing.
+    pub fn pop(&mut self, now: Instant) -> Option<K> {
+        self.promote(now);
+        let key = self.queue.pop_front()?;
+        self.dirty.remove(&key);
+        self.processing.insert(key.clone());
+        Some(key)
+    }
+
+    /// Marks `key` finished; a key added meanwhile is queued again.
+    pub fn done(&mut self, key: &K) {
+        self.processing.remove(key);
+        if self.dirty.contains(key) {
+            self.queue.push_back(key.clone());
+        }
+    }
+
+    /// When the earliest delayed key is due, if any (drops superseded heap entries
+    /// on the way, so this stays O(log n)).
+    pub fn next_due(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, seq, key))) = self.heap.peek() {
+            if self.waiting.get(key) == Some(&(*at, *seq)) {
+                return Some(*at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Keys ready now.
+    pub fn ready_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Keys waiting for their delay.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Keys being processed.
+    pub fn processing_len(&self) -> usize {
+        self.processing.len()
+    }
+
+    /// Nothing queued, waiting or being processed.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.waiting.is_empty() && self.processing.is_empty()
+    }
+}
+
+/// A [`QueueCore`] shared by async producers and workers.
+#[derive(Debug)]
+pub struct WorkQueue<K> {
+    core: Mutex<QueueCore<K>>,
+    notify: Notify,
+    shutdown: CancellationToken,
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+    pub fn new(limit: RateLimit, shutdown: CancellationToken) -> Self {
+        Self {
+            core: Mutex::new(QueueCore::new(limit)),
+            notify: Notify::new(),
+            shutdown,
+        }
+    }
+
+    /// The queue state. Never held across an await: every operation is a few map
+    /// updates, so a std mutex; a poisoned one is still consistent (each operation
+    /// completes its updates before anything can panic).
+    pub fn lock(&self) -> MutexGuard<'_, QueueCore<K>> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn add(&self, key: K) {
+        if self.lock().add(key) {
+            self.notify.notify_one();
+        }
+    }
+
+    pub fn add_after(&self, key: K, delay: Duration) {
+        self.lock().add_after(key, delay, Instant::now());
+        // A new earliest deadline must wake a sleeping worker to re-arm its timer.
+        self.notify.notify_one();
+    }
+
+    pub fn add_rate_limited(&self, key: K) -> Duration {
+        let delay = self.lock().add_rate_limited(key, Instant::now());
+        self.notify.notify_one();
+        delay
+    }
+
+    pub fn forget(&self, key: &K) {
+        self.lock().forget(key);
+    }
+
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.lock().num_requeues(key)
+    }
+
+    pub fn done(&self, key: &K) {
+        let requeued = {
+            let mut core = self.lock();
+            core.done(key);
+            core.ready_len() > 0
+        };
+        if requeued {
+            self.notify.notify_one();
+        }
+    }
+
+    /// (ready, waiting, processing) counts.
+    pub fn depth(&self) -> (usize, usize, usize) {
+        let core = self.lock();
+        (core.ready_len(), core.waiting_len(), core.processing_len())
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.lock().is_idle()
+    }
+
+    /// The next key to process; `None` once the queue is shut down.
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            if self.shutdown.is_cancelled() {
+                return None;
+            }
+            // Register interest before looking, so an add between the look and the
+            // wait is not missed.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (key, due, more) = {
+                let mut core = self.lock();
+                let key = core.pop(Instant::now());
+                (key, core.next_due(), core.ready_len() > 0)
+            };
+            if let Some(key) = key {
+                if more {
+                    // Pass the baton: another worker may take the next ready key.
+                    self.notify.notify_one();
+                }
+                return Some(key);
+            }
+            let sleep = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.shutdown.cancelled() => return None,
+                () = &mut notified => {}
+                () = sleep => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_BUCKET: RateLimit = RateLimit {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(1000),
+        qps: 0.0,
+        burst: 0,
+    };
+
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
+    #[test]
+    fn rule_1_7_adds_of_a_queued_key_merge() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        assert!(q.add("a"));
+        assert!(!q.add("a"));
+        assert!(q.add("b"));
+        assert_eq!(q.pop(now), Some("a"));
+        assert_eq!(q.pop(now), Some("b"));
+        assert_eq!(q.pop(now), None);
+    }
+
+    #[test]
+    fn rule_1_7_a_key_is_never_processed_twice_at_once() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        q.add("a");
+        assert_eq!(q.pop(now), Some("a"));
+        // Added while processing: held back until done.
+        q.add("a");
+        assert_eq!(q.pop(now), None);
+        q.done(&"a");
+        assert_eq!(q.pop(now), Some("a"));
+        q.done(&"a");
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn rule_1_7_delayed_add_fires_at_its_time_and_keeps_the_earliest() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        q.add_after("a", Duration::from_secs(5), now);
+        q.add_after("a", Duration::from_secs(2), now);
+        q.add_after("a", Duration::from_secs(9), now);
+        assert_eq!(q.next_due(), Some(now + Duration::from_secs(2)));
+        assert_eq!(q.pop(now + Duration::from_secs(1)), None);
+        assert_eq!(q.pop(now + Duration::from_secs(2)), Some("a"));
+        q.done(&"a");
+        // The superseded 5 s and 9 s entries do not fire again.
+        assert_eq!(q.pop(now + Duration::from_secs(10)), None);
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn rule_1_7_zero_delay_is_an_immediate_add() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        q.add_after("a", Duration::ZERO, now);
+        assert_eq!(q.pop(now), Some("a"));
+    }
+
+    #[test]
+    fn rule_1_7_per_key_backoff_doubles_up_to_the_cap_and_forget_resets() {
+        let mut q = QueueCore::new(RateLimit {
+            max: Duration::from_secs(5),
+            ..NO_BUCKET
+        });
+        let now = t0();
+        let delays: Vec<u64> = (0..5)
+            .map(|_| q.add_rate_limited("a", now).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 5, 5]);
+        assert_eq!(q.num_requeues(&"a"), 5);
+        q.forget(&"a");
+        assert_eq!(q.num_requeues(&"a"), 0);
+        assert_eq!(q.add_rate_limited("a", now), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn rule_1_7_token_bucket_delays_bursts_of_failures() {
+        let mut q = QueueCore::new(RateLimit {
+            base: Duration::from_millis(5),
+            max: Duration::from_secs(1000),
+            qps: 10.0,
+            burst: 2,
+        });
+        let now = t0();
+        assert_eq!(q.add_rate_limited("a", now), Duration::from_millis(5));
+        assert_eq!(q.add_rate_limited("b", now), Duration::from_millis(5));
+        // The bucket is empty: the third failure waits for a token (100 ms at 10 qps).
+        assert_eq!(q.add_rate_limited("c", now), Duration::from_millis(100));
+        assert_eq!(q.add_rate_limited("d", now), Duration::from_millis(200));
+        // Refilled after a while.
+        let later = now + Duration::from_secs(10);
+        assert_eq!(q.add_rate_limited("e", later), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn upstream_limiters_match_the_spec_table() {
+        assert_eq!(RateLimit::ENDPOINT_SLICE.backoff(0), Duration::from_secs(1));
+        assert_eq!(
+            RateLimit::ENDPOINT_SLICE.backoff(20),
+            Duration::from_secs(1000)
+        );
+        assert_eq!(RateLimit::MIRRORING.backoff(20), Duration::from_secs(100));
+        assert_eq!(RateLimit::ENDPOINTS.backoff(0), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_wake_for_adds_and_delays_and_stop_on_shutdown() {
+        let stop = CancellationToken::new();
+        let q = std::sync::Arc::new(WorkQueue::new(NO_BUCKET, stop.clone()));
+        let start = Instant::now();
+        q.add_after("late", Duration::from_secs(3));
+        let worker = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(k) = q.next().await {
+                    seen.push((k, Instant::now().duration_since(start).as_secs()));
+                    q.done(&k);
+                }
+                seen
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        q.add("now");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop.cancel();
+        let seen = worker.await.unwrap();
+        assert_eq!(seen, [("now", 1), ("late", 3)]);
+    }
+}

@@ -1,0 +1,250 @@
+//! Running `svcplane run`'s machinery in-process against the fake API server (or any
+//! client), and checking that what it left behind is exactly the desired state.
+//!
+//! [`Instance`] is one process' worth of runtime (controllers, optional leader
+//! election) on a tokio task; [`settle`] advances the (usually paused) clock until the
+//! leader's queues are empty and no write has happened for a quiet period;
+//! [`assert_converged`] re-plans the fake's stored objects with the pure reconcilers
+//! (`svcplane plan`'s code path) and fails on any write they would still make, and on
+//! duplicate endpoints, over-full slices or over-full Endpoints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use svcplane_allocator::AllocatorConfig;
+use svcplane_controller::cli::Controller;
+use svcplane_controller::core::endpoints::MAX_CAPACITY;
+use svcplane_controller::core::endpointslice::{CONTROLLER_NAME, DEFAULT_MAX_ENDPOINTS_PER_SLICE};
+use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use svcplane_controller::plan::snapshot::{Key, Snapshot};
+use svcplane_controller::plan::{PlanOptions, plan};
+use svcplane_controller::run_cmd::{RunError, RunHandle, RunOptions, run_with_handle};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::fake_api::FakeApi;
+
+/// The service range the scenarios use.
+pub const SERVICE_RANGE: &str = "10.96.0.0/16";
+
+/// Options for one in-process `svcplane run` (every controller, no webhook, no
+/// leader election, no admin server).
+pub fn options() -> RunOptions {
+    RunOptions::for_tests(allocator())
+}
+
+pub fn allocator() -> AllocatorConfig {
+    AllocatorConfig::from_flags(SERVICE_RANGE, "30000-32767")
+        .unwrap_or_else(|e| panic!("test ranges do not parse: {e}"))
+}
+
+/// One running process.
+#[derive(Debug)]
+pub struct Instance {
+    pub handle: Arc<RunHandle>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), RunError>>,
+}
+
+impl Instance {
+    pub fn start(client: Client, options: RunOptions) -> Self {
+        let handle = Arc::new(RunHandle::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run_with_handle(
+            client,
+            options,
+            shutdown.clone(),
+            handle.clone(),
+        ));
+        Self {
+            handle,
+            shutdown,
+            task,
+        }
+    }
+
+    /// SIGTERM: stop and wait for the process to end.
+    pub async fn stop(self) -> Result<(), RunError> {
+        self.shutdown.cancel();
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => panic!("run task failed: {e}"),
+        }
+    }
+
+    /// Whether this instance runs controllers (leads).
+    pub async fn is_leading(&self) -> bool {
+        self.handle.controllers().await.is_some()
+    }
+
+    /// Leading, started and nothing queued.
+    pub async fn is_idle(&self) -> bool {
+        match self.handle.controllers().await {
+            Some(c) => c.is_idle(),
+            None => false,
+        }
+    }
+}
+
+/// Writes to anything but Leases (leader election renews every few seconds).
+fn object_writes(fake: &FakeApi) -> u64 {
+    fake.stats()
+        .by_call
+        .iter()
+        .filter(|((verb, resource), _)| verb.is_write() && resource != "leases")
+        .map(|(_, c)| c.requests)
+        .sum()
+}
+
+/// Advances time until some instance leads with empty queues and the fake has seen no
+/// object write (Lease renewals aside) for a quiet period; panics after `limit` of
+/// virtual time. Returns the time taken.
+pub async fn settle(fake: &FakeApi, instances: &[&Instance], limit: Duration) -> Duration {
+    let quiet = Duration::from_secs(3);
+    let start = Instant::now();
+    let mut last_writes = object_writes(fake);
+    let mut quiet_since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let writes = object_writes(fake);
+        if writes != last_writes {
+            last_writes = writes;
+            quiet_since = Instant::now();
+        }
+        let mut idle = false;
+        for i in instances {
+            idle |= i.is_idle().await;
+        }
+        if idle && quiet_since.elapsed() >= quiet {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "not settled after {limit:?}: {} writes so far",
+            fake.stats().writes()
+        );
+    }
+}
+
+/// The fake's stored objects as a `plan` snapshot.
+pub fn snapshot(fake: &FakeApi) -> Snapshot {
+    fn keyed<
+        T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    >(
+        items: Vec<T>,
+    ) -> BTreeMap<Key, Arc<T>> {
+        items
+            .into_iter()
+            .map(|o| {
+                let m = o.metadata();
+                (
+                    Key {
+                        namespace: m.namespace.clone().unwrap_or_default(),
+                        name: m.name.clone().unwrap_or_default(),
+                    },
+                    Arc::new(o),
+                )
+            })
+            .collect()
+    }
+    let nodes: Vec<Node> = fake.objects_of().unwrap_or_default();
+    Snapshot {
+        services: keyed(fake.objects_of::<Service>().unwrap_or_default()),
+        pods: keyed(fake.objects_of::<Pod>().unwrap_or_default()),
+        nodes: nodes
+            .into_iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), Arc::new(n)))
+            .collect(),
+        endpoint_slices: keyed(fake.objects_of::<EndpointSlice>().unwrap_or_default()),
+        endpoints: keyed(fake.objects_of::<Endpoints>().unwrap_or_default()),
+    }
+}
+
+/// Fails unless the stored state is exactly what the pure reconcilers want: a re-plan
+/// writes nothing, no endpoint is in two slices of one Service, address type and port
+/// group, no slice holds more than `max_per_slice`, no Endpoints more than 1000.
+pub fn assert_converged(fake: &FakeApi, max_per_slice: usize) {
+    let snap = snapshot(fake);
+    let doc = plan(
+        &snap,
+        &PlanOptions {
+            controllers: vec![
+                Controller::EndpointSlice,
+                Controller::Endpoints,
+                Controller::EndpointSliceMirroring,
+            ],
+            max_endpoints_per_slice: max_per_slice,
+            allocator: allocator(),
+        },
+    );
+    let pending: Vec<String> = doc
+        .actions
+        .iter()
+        .map(|a| {
+            format!(
+                "{} {:?} {}/{}",
+                a.controller,
+                a.verb,
+                a.namespace,
+                a.name.as_deref().unwrap_or("<generated>")
+            )
+        })
+        .collect();
+    assert!(
+        pending.is_empty(),
+        "not converged; a re-plan still writes: {pending:#?}"
+    );
+    let mut seen: BTreeSet<(String, String, String, String, String)> = BTreeSet::new();
+    for s in snap.endpoint_slices.values() {
+        let labels = s.metadata.labels.clone().unwrap_or_default();
+        if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(CONTROLLER_NAME) {
+            continue;
+        }
+        assert!(
+            s.endpoints.len() <= max_per_slice,
+            "slice {:?} holds {} endpoints (max {max_per_slice})",
+            s.metadata.name,
+            s.endpoints.len()
+        );
+        let ports = serde_json::to_string(&s.ports).unwrap_or_default();
+        for e in &s.endpoints {
+            let id = (
+                s.metadata.namespace.clone().unwrap_or_default(),
+                labels.get(LABEL_SERVICE_NAME).cloned().unwrap_or_default(),
+                format!("{}{ports}", s.address_type),
+                e.addresses.join(","),
+                e.target_ref
+                    .as_ref()
+                    .and_then(|r| r.name.clone())
+                    .unwrap_or_default(),
+            );
+            assert!(seen.insert(id.clone()), "duplicate endpoint {id:?}");
+        }
+    }
+    for e in snap.endpoints.values() {
+        let n: usize = e
+            .subsets
+            .iter()
+            .flatten()
+            .map(|s| {
+                s.addresses.as_ref().map_or(0, Vec::len)
+                    + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
+            })
+            .sum();
+        assert!(
+            n <= MAX_CAPACITY,
+            "Endpoints {:?} holds {n} addresses",
+            e.metadata.name
+        );
+    }
+}
+
+/// `assert_converged` at the default slice size.
+pub fn assert_converged_default(fake: &FakeApi) {
+    assert_converged(fake, DEFAULT_MAX_ENDPOINTS_PER_SLICE);
+}

@@ -1,0 +1,403 @@
+//! `svcplane run` against a real kube-apiserver (tests/envtest, or
+//! `SVCPLANE_E2E_KUBECONFIG`): the runtime in-process for the basic scenarios (Pod
+//! status set through the status subresource, as the kubelet does), and the
+//! `svcplane` binary as separate processes electing a leader on a real Lease.
+//!
+//! The tests of this binary share one API server and every runtime watches all
+//! namespaces, so they run one at a time (`SERIAL`).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Endpoints, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use svcplane_controller::core::fixtures::{node, pod, svc};
+use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
+use svcplane_tests::envtest::{self, Flavor};
+use svcplane_tests::objects::{create_node, create_pods, create_service};
+use svcplane_tests::run_env::{Instance, options};
+
+/// Held for a whole test; tokio's mutex works across the tests' separate runtimes.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn slices(client: &Client, ns: &str, name: &str) -> Vec<EndpointSlice> {
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={name}")))
+        .await
+        .unwrap()
+        .items
+}
+
+fn ready_count(slices: &[EndpointSlice]) -> usize {
+    slices
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .count()
+}
+
+/// Polls `check` every 200 ms until it holds or `limit` passes.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Slice and Endpoints writes so far, from the runtime's own counters.
+fn writes(i: &Instance) -> (u64, u64) {
+    let m = i.handle.metrics();
+    (
+        m.api_writes("create", "endpointslices") + m.api_writes("update", "endpointslices"),
+        m.api_writes("create", "endpoints") + m.api_writes("update", "endpoints"),
+    )
+}
+
+#[tokio::test]
+async fn run_in_process_keeps_slices_and_endpoints_in_step_with_pod_status() {
+    let _one = SERIAL.lock().await;
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_run") else {
+        return;
+    };
+    let client = cluster.client().await.unwrap();
+    let ns = envtest::create_namespace(&client, "svcplane-run-")
+        .await
+        .unwrap();
+    create_node(&client, &ns, &node("node-a", Some("zone-a")))
+        .await
+        .unwrap();
+    create_service(&client, &ns, &svc("web").port("http", 80, 8080).build())
+        .await
+        .unwrap();
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"), "web")
+                .node("node-a")
+                .ip(&format!("10.1.0.{}", i + 1))
+                .ready()
+                .build()
+        })
+        .collect();
+    create_pods(&client, &ns, &pods).await.unwrap();
+
+    let run = Instance::start(client.clone(), options());
+    eventually(Duration::from_secs(60), "3 ready endpoints", || async {
+        ready_count(&slices(&client, &ns, "web").await) == 3
+    })
+    .await;
+    let eps = Api::<Endpoints>::namespaced(client.clone(), &ns);
+    eventually(Duration::from_secs(30), "the Endpoints object", || async {
+        eps.get_opt("web").await.unwrap().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = writes(&run);
+
+    // The kubelet's way: a status patch flips readiness.
+    let status =
+        serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch_status("web-1", &PatchParams::default(), &Patch::Strategic(&status))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "2 ready endpoints", || async {
+        ready_count(&slices(&client, &ns, "web").await) == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = writes(&run);
+    assert_eq!(
+        (after.0 - settled.0, after.1 - settled.1),
+        (1, 1),
+        "one slice update, one Endpoints update"
+    );
+
+    // A graceful delete: the Pod stays, terminating, until its grace period ends.
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete(
+            "web-0",
+            &kube::api::DeleteParams {
+                grace_period_seconds: Some(3600),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "a terminating endpoint",
+        || async {
+            slices(&client, &ns, "web")
+                .await
+                .iter()
+                .flat_map(|s| &s.endpoints)
+                .any(|e| e.conditions.as_ref().and_then(|c| c.terminating) == Some(true))
+        },
+    )
+    .await;
+    run.stop().await.unwrap();
+    envtest::delete_namespace(&client, &ns).await;
+}
+
+// --- the binary, as separate processes ---------------------------------------------
+
+fn svcplane_bin() -> Option<PathBuf> {
+    // target/<profile>/deps/e2e_run-<hash> → target/<profile>/svcplane
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("svcplane");
+    bin.is_file().then_some(bin)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Process {
+    child: Child,
+    name: String,
+}
+
+impl Process {
+    fn spawn(bin: &PathBuf, kubeconfig: &std::path::Path, name: &str, lease_ns: &str) -> Self {
+        let child = Command::new(bin)
+            .args([
+                "run",
+                "--webhook=false",
+                "--leader-elect-lease-duration=4s",
+                "--leader-elect-renew-deadline=3s",
+                "--leader-elect-retry-period=1s",
+                "--allocator-repair-interval=1h",
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--leader-elect-resource-namespace={lease_ns}"))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            name: name.to_owned(),
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code.
+    fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn holder(client: &Client, ns: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt("svcplane")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn two_processes_elect_one_leader_and_hand_over() {
+    let _one = SERIAL.lock().await;
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_run") else {
+        return;
+    };
+    if cluster.external {
+        // Two controller processes over someone else's cluster: not here.
+        return;
+    }
+    let Some(bin) = svcplane_bin() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "svcplane binary not built next to the tests"
+        );
+        return;
+    };
+    let client = cluster.client().await.unwrap();
+    let ns = envtest::create_namespace(&client, "svcplane-lease-")
+        .await
+        .unwrap();
+    create_node(&client, &ns, &node("node-a", Some("zone-a")))
+        .await
+        .unwrap();
+    create_service(&client, &ns, &svc("web").port("http", 80, 8080).build())
+        .await
+        .unwrap();
+    create_pods(
+        &client,
+        &ns,
+        &[pod("web-0", "web")
+            .node("node-a")
+            .ip("10.2.0.1")
+            .ready()
+            .build()],
+    )
+    .await
+    .unwrap();
+
+    let mut a = Process::spawn(&bin, &cluster.kubeconfig, "replica-a", &ns);
+    let mut b = Process::spawn(&bin, &cluster.kubeconfig, "replica-b", &ns);
+    eventually(Duration::from_secs(60), "a leader", || async {
+        holder(&client, &ns).await.is_some()
+    })
+    .await;
+    eventually(Duration::from_secs(60), "the slice", || async {
+        ready_count(&slices(&client, &ns, "web").await) == 1
+    })
+    .await;
+    let first = holder(&client, &ns).await.unwrap();
+    assert!(first == "replica-a" || first == "replica-b", "{first}");
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns)
+        .get("svcplane")
+        .await
+        .unwrap();
+    let transitions = lease.spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+
+    // Kill the leader without a chance to release: the other takes over after the
+    // lease duration and carries on.
+    let (leader, follower) = if first == a.name {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.signal("KILL");
+    let killed_at = Instant::now();
+    let follower_name = follower.name.clone();
+    eventually(Duration::from_secs(30), "the follower to lead", || async {
+        holder(&client, &ns).await.as_deref() == Some(follower_name.as_str())
+    })
+    .await;
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(4 + 3),
+        "takeover took {took:?} (lease 4s, retry 1s)"
+    );
+    let lease = Api::<Lease>::namespaced(client.clone(), &ns)
+        .get("svcplane")
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+        transitions + 1
+    );
+    create_pods(
+        &client,
+        &ns,
+        &[pod("web-1", "web")
+            .node("node-a")
+            .ip("10.2.0.2")
+            .ready()
+            .build()],
+    )
+    .await
+    .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the new leader to write",
+        || async { ready_count(&slices(&client, &ns, "web").await) == 2 },
+    )
+    .await;
+    assert_eq!(
+        slices(&client, &ns, "web").await.len(),
+        1,
+        "no duplicate slice after the handover"
+    );
+
+    // SIGTERM: the leader releases the Lease and exits 0.
+    follower.signal("TERM");
+    assert_eq!(
+        follower.wait(Duration::from_secs(25)),
+        Some(0),
+        "clean exit on SIGTERM"
+    );
+    assert_eq!(
+        holder(&client, &ns).await,
+        None,
+        "the Lease is released on shutdown"
+    );
+    envtest::delete_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_is_retried_not_a_crash() {
+    let _one = SERIAL.lock().await;
+    let Some(bin) = svcplane_bin() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "svcplane binary not built next to the tests"
+        );
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("svcplane-unreachable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let port = free_port();
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n\
+             users:\n- name: u\n  user: {{token: x}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let mut p = Process::spawn(&bin, &kubeconfig, "lonely", "default");
+    assert_eq!(
+        p.wait(Duration::from_secs(3)),
+        None,
+        "still running, retrying"
+    );
+    p.signal("TERM");
+    assert_eq!(
+        p.wait(Duration::from_secs(10)),
+        Some(0),
+        "clean exit on SIGTERM while waiting for the API"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
