@@ -277,9 +277,10 @@ impl Controllers {
                 info!("caches synced; starting workers");
                 let w = &workers;
                 if let Some(c) = &endpoint_slice {
-                    // The first topology pass, from the synced Nodes.
+                    // The zone ratios before the first sync, so no Service is first
+                    // synced without them (and rewritten once they arrive).
+                    c.refresh_topology();
                     w.push(tokio::spawn(c.clone().topology_loop(stop.clone())));
-                    c.recompute_topology();
                     for _ in 0..counts.0.max(1) {
                         w.push(tokio::spawn(worker(
                             c.clone(),

@@ -159,30 +159,28 @@ impl EndpointSliceController {
         }
     }
 
-    /// Queues a topology recomputation (coalesced with any pending one).
-    pub fn recompute_topology(&self) {
-        self.topology_dirty.notify_one();
+    /// The topology work item (§2.1, §3.3.1, §3.3.6): recompute the zone ratios
+    /// from the cached Nodes and queue the Services whose hints they overload.
+    pub fn refresh_topology(&self) {
+        let keys = {
+            let nodes = self.cache.nodes.read();
+            self.state().topology.set_nodes(nodes.iter().map(Arc::as_ref))
+        };
+        debug!(overloaded = keys.len(), "topology recomputed");
+        for key in keys {
+            self.add(key);
+        }
     }
 
-    /// The topology work item (§2.1, §3.3.1, §3.3.6), run whenever Nodes changed in a
-    /// way that matters: recompute the zone ratios and queue the Services whose hints
-    /// they overload. Runs until `cancel`.
+    /// Runs the topology work item whenever Nodes changed in a way that matters
+    /// (changes in between are coalesced), until `cancel`.
     pub async fn topology_loop(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.topology_dirty.notified() => {}
             }
-            let keys = {
-                let nodes = self.cache.nodes.read();
-                self.state()
-                    .topology
-                    .set_nodes(nodes.iter().map(Arc::as_ref))
-            };
-            debug!(overloaded = keys.len(), "topology recomputed");
-            for key in keys {
-                self.add(key);
-            }
+            self.refresh_topology();
         }
     }
 
