@@ -1,7 +1,8 @@
 //! Reconciler benchmarks (issue 2): one Service with 10 / 100 / 1000 / 10000
 //! ready Pods; a fresh plan (no slices yet), an unchanged one (no-op) and
 //! one with a single Pod changed. Measures desired state and diff only; no
-//! serialization.
+//! serialization. The `*_cached` variants plan the same 1000 Pods as the
+//! runtime caches them (`CachedPod`).
 //!
 //! Run with `cargo bench -p svcplane-controller --bench reconcile`.
 
@@ -11,8 +12,10 @@ use std::sync::Arc;
 use divan::Bencher;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use svcplane_controller::core::cached_pod::CachedPod;
 use svcplane_controller::core::endpointslice::{Inputs, Outcome, reconcile};
 use svcplane_controller::core::fixtures::{apply_plan, node, nodes, pod, svc};
+use svcplane_controller::core::pod::PodView;
 
 const SIZES: &[usize] = &[10, 100, 1000, 10000];
 
@@ -57,9 +60,9 @@ fn world(n: usize) -> World {
     w
 }
 
-fn plan(
+fn plan<P: PodView>(
     w: &World,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<P>],
     existing: &[Arc<EndpointSlice>],
 ) -> svcplane_controller::core::endpointslice::SlicePlan {
     let inputs = Inputs {
@@ -94,6 +97,28 @@ fn one_pod_changed(bencher: Bencher, n: usize) {
     let w = world(n);
     assert_eq!(plan(&w, &w.changed_pods, &w.stored).write_count(), 1);
     bencher.bench(|| plan(&w, divan::black_box(&w.changed_pods), &w.stored));
+}
+
+fn cached(pods: &[Arc<Pod>]) -> Vec<Arc<CachedPod>> {
+    pods.iter()
+        .map(|p| Arc::new(CachedPod::from_pod(Pod::clone(p))))
+        .collect()
+}
+
+#[divan::bench(args = [1000])]
+fn unchanged_cached(bencher: Bencher, n: usize) {
+    let w = world(n);
+    let pods = cached(&w.pods);
+    assert!(plan(&w, &pods, &w.stored).is_noop());
+    bencher.bench(|| plan(&w, divan::black_box(&pods), &w.stored));
+}
+
+#[divan::bench(args = [1000])]
+fn one_pod_changed_cached(bencher: Bencher, n: usize) {
+    let w = world(n);
+    let pods = cached(&w.changed_pods);
+    assert_eq!(plan(&w, &pods, &w.stored).write_count(), 1);
+    bencher.bench(|| plan(&w, divan::black_box(&pods), &w.stored));
 }
 
 fn main() {

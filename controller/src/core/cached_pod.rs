@@ -293,62 +293,77 @@ impl From<Pod> for CachedPod {
     }
 }
 
+// `#[inline]` for the same reason as on `impl PodView for Pod`.
 impl PodView for CachedPod {
+    #[inline]
     fn namespace(&self) -> &str {
         &self.namespace
     }
 
+    #[inline]
     fn name(&self) -> &str {
         &self.name
     }
 
+    #[inline]
     fn uid(&self) -> Option<&str> {
         self.uid.as_deref()
     }
 
+    #[inline]
     fn resource_version(&self) -> Option<&str> {
         self.resource_version.as_deref()
     }
 
+    #[inline]
     fn label(&self, key: &str) -> Option<&str> {
         let i = self.labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
         self.labels.get(i).map(|(_, v)| &**v)
     }
 
+    #[inline]
     fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
         self.labels.iter().map(|(k, v)| (&**k, &**v))
     }
 
+    #[inline]
     fn deletion_timestamp(&self) -> Option<Timestamp> {
         self.has_deletion_timestamp
             .then_some(self.deletion_timestamp)
     }
 
+    #[inline]
     fn node_name(&self) -> Option<&str> {
         self.node_name.as_deref()
     }
 
+    #[inline]
     fn hostname(&self) -> Option<&str> {
         self.hostname.as_deref()
     }
 
+    #[inline]
     fn subdomain(&self) -> Option<&str> {
         self.subdomain.as_deref()
     }
 
+    #[inline]
     fn phase(&self) -> Option<&str> {
         self.phase.as_str()
     }
 
+    #[inline]
     fn is_ready(&self) -> bool {
         self.ready
     }
 
+    #[inline]
     fn ready_transition_time(&self) -> Option<Timestamp> {
         self.has_ready_transition_time
             .then_some(self.ready_transition_time)
     }
 
+    #[inline]
     fn pod_ip(&self) -> Option<&str> {
         if self.pod_ip_is_first {
             self.pod_ips.first().map(|s| &**s)
@@ -357,10 +372,12 @@ impl PodView for CachedPod {
         }
     }
 
+    #[inline]
     fn pod_ips(&self) -> impl Iterator<Item = &str> {
         self.pod_ips.iter().map(|s| &**s)
     }
 
+    #[inline]
     fn find_named_port(&self, name: &str, protocol: &str) -> Option<i32> {
         self.named_ports
             .iter()

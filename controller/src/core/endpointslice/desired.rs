@@ -341,6 +341,7 @@ fn resolve_ports<P: PodView>(service: &Service, p: &P, out: &mut PortResolution)
 }
 
 /// Canonical form of an address, borrowed when the input already is.
+#[inline]
 fn canonical_cow(s: &str) -> Option<(Cow<'_, str>, Family)> {
     if let Some(family) = ip::canonical_family(s) {
         return Some((Cow::Borrowed(s), family));

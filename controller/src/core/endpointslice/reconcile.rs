@@ -95,7 +95,42 @@ pub fn reconcile_with_hints<P: PodView>(
     if let Some(reason) = skip_reason(service) {
         return Outcome::Skipped(reason);
     }
+    // Only the desired state reads Pods, so only it is generic. The rest is
+    // one non-generic function, compiled once in this crate: a generic body
+    // is compiled in each crate that calls it (the benches, for one), where
+    // without LTO this crate's helpers are not inlined into it.
     let pods = desired::selected_pods(service, inputs.pods);
+    let families = desired::address_types(service);
+    let desired: Vec<desired::Desired<'_>> = families
+        .iter()
+        .map(|&family| desired::desired_endpoints(service, &pods, inputs.nodes, family))
+        .collect();
+    let snapshot = Snapshot {
+        service,
+        existing: inputs.existing,
+        trigger_time: inputs.trigger_time,
+        max_endpoints_per_slice: inputs.max_endpoints_per_slice,
+    };
+    Outcome::Planned(plan_slices(&snapshot, &families, &desired, hints))
+}
+
+/// What [`plan_slices`] reads besides the desired endpoints: the inputs
+/// without the Pods.
+struct Snapshot<'a> {
+    service: &'a Service,
+    existing: &'a [Arc<EndpointSlice>],
+    trigger_time: Option<Timestamp>,
+    max_endpoints_per_slice: usize,
+}
+
+/// The plan for the desired endpoints of each of `families` (same order).
+fn plan_slices(
+    inputs: &Snapshot<'_>,
+    families: &[Family],
+    desired: &[desired::Desired<'_>],
+    hints: &mut dyn HintsPolicy,
+) -> SlicePlan {
+    let service = inputs.service;
     let mut existing: Vec<&EndpointSlice> = inputs
         .existing
         .iter()
@@ -104,25 +139,23 @@ pub fn reconcile_with_hints<P: PodView>(
         .collect();
     existing.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
-    let families = desired::address_types(service);
     let labels = metadata::slice_labels(service);
     let mut plan = SlicePlan::default();
     let mut errors: Vec<String> = Vec::new();
 
-    for &family in &families {
+    for (&family, desired) in families.iter().zip(desired) {
         let of_type: Vec<&EndpointSlice> = existing
             .iter()
             .copied()
             .filter(|s| s.address_type == family.address_type())
             .collect();
-        let desired = desired::desired_endpoints(service, &pods, inputs.nodes, family);
         errors.extend(desired.errors.iter().cloned());
         let decision = plan_pass(
             inputs,
             &labels,
             family,
             &of_type,
-            &desired,
+            desired,
             hints,
             &mut plan.events,
         );
@@ -147,7 +180,7 @@ pub fn reconcile_with_hints<P: PodView>(
         ));
         plan.error = Some(message);
     }
-    Outcome::Planned(plan)
+    plan
 }
 
 /// Formats errors as upstream's aggregate does: one message as is, several
@@ -196,8 +229,8 @@ fn ports_key(ports: Option<&[EndpointPort]>) -> PortsKey<'_> {
 }
 
 /// Placement, placeholder and hints for one address type (§2.7, §2.11).
-fn plan_pass<'e, P>(
-    inputs: &Inputs<'_, P>,
+fn plan_pass<'e>(
+    inputs: &Snapshot<'_>,
     labels: &BTreeMap<String, String>,
     family: Family,
     of_type: &[&'e EndpointSlice],
