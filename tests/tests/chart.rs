@@ -97,13 +97,22 @@ fn service(name: &str, cluster_ip: Option<&str>, opt_out: bool) -> Service {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     // 1. Offline checks.
-    let has_python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    let has_python = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !has_python {
         assert!(!in_ci(), "python3 is needed for the chart checks (CI=true)");
         eprintln!("SKIPPED chart: no python3");
         return;
     }
-    let bin = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("svcplane");
+    let bin = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("svcplane");
     let mut cmd = Command::new("bash");
     cmd.arg("tests/chart/run.sh").current_dir(workspace());
     if bin.is_file() {
@@ -128,7 +137,10 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     variants.sort();
-    assert!(variants.len() >= 6, "default + five ci variants: {variants:?}");
+    assert!(
+        variants.len() >= 6,
+        "default + five ci variants: {variants:?}"
+    );
     for v in &variants {
         let docs = documents(v);
         let out = kubectl_ok(
@@ -147,10 +159,13 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = cluster.client().await.unwrap();
     let docs = documents(&rendered.join("manifests.yaml"));
-    let of_kind = |k: &str| -> Vec<Value> {
-        docs.iter().filter(|d| d["kind"] == k).cloned().collect()
-    };
-    kubectl_ok(&cluster.kubeconfig, &["apply", "-f", "-"], &as_yaml(&of_kind("CustomResourceDefinition")));
+    let of_kind =
+        |k: &str| -> Vec<Value> { docs.iter().filter(|d| d["kind"] == k).cloned().collect() };
+    kubectl_ok(
+        &cluster.kubeconfig,
+        &["apply", "-f", "-"],
+        &as_yaml(&of_kind("CustomResourceDefinition")),
+    );
     let claims: Api<AllocationClaim> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(30);
     while claims.list(&Default::default()).await.is_err() {
@@ -198,13 +213,23 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     assert_eq!(configs.len(), 2);
     for c in &mut configs {
         for w in c["webhooks"].as_array_mut().unwrap() {
-            let path = w["clientConfig"]["service"]["path"].as_str().unwrap().to_owned();
-            w["clientConfig"] = json!({"url": format!("https://{}{path}", running.local_addr), "caBundle": ca});
+            let path = w["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            w["clientConfig"] =
+                json!({"url": format!("https://{}{path}", running.local_addr), "caBundle": ca});
         }
     }
-    kubectl_ok(&cluster.kubeconfig, &["apply", "-f", "-"], &as_yaml(&configs));
+    kubectl_ok(
+        &cluster.kubeconfig,
+        &["apply", "-f", "-"],
+        &as_yaml(&configs),
+    );
 
-    let ns = envtest::create_namespace(&client, "svcplane-chart-").await.unwrap();
+    let ns = envtest::create_namespace(&client, "svcplane-chart-")
+        .await
+        .unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     // The API server picks configurations up asynchronously: probe until svcplane
     // answers. 10.96.200.x is in the API server's range, not in svcplane's.
@@ -212,34 +237,68 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     let mut i = 0;
     let refusal = loop {
         i += 1;
-        match services.create(&PostParams::default(), &service(&format!("probe-{i}"), Some("10.96.200.5"), false)).await {
+        match services
+            .create(
+                &PostParams::default(),
+                &service(&format!("probe-{i}"), Some("10.96.200.5"), false),
+            )
+            .await
+        {
             Err(kube::Error::Api(s)) if s.message.contains("admission webhook") => break s,
             Err(e) => panic!("unexpected error: {e}"),
             Ok(_) => {
-                assert!(Instant::now() < deadline, "the chart's webhook was never called");
-                services.delete(&format!("probe-{i}"), &DeleteParams::default()).await.unwrap();
+                assert!(
+                    Instant::now() < deadline,
+                    "the chart's webhook was never called"
+                );
+                services
+                    .delete(&format!("probe-{i}"), &DeleteParams::default())
+                    .await
+                    .unwrap();
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };
-    assert_eq!((refusal.code, refusal.reason.as_str()), (422, "Invalid"), "{refusal:?}");
+    assert_eq!(
+        (refusal.code, refusal.reason.as_str()),
+        (422, "Invalid"),
+        "{refusal:?}"
+    );
 
     // Assigned by svcplane: in its range, and claimed.
-    let web = services.create(&PostParams::default(), &service("web", None, false)).await.unwrap();
+    let web = services
+        .create(&PostParams::default(), &service("web", None, false))
+        .await
+        .unwrap();
     let ip: std::net::IpAddr = web.spec.unwrap().cluster_ip.unwrap().parse().unwrap();
-    let std::net::IpAddr::V4(v4) = ip else { panic!("{ip}") };
+    let std::net::IpAddr::V4(v4) = ip else {
+        panic!("{ip}")
+    };
     assert!(v4.octets()[2] < 128, "{ip} outside svcplane's 10.96.0.0/17");
-    assert!(claims.get_opt(&claim_name(Claim::Ip(ip))).await.unwrap().is_some(), "{ip} not claimed");
+    assert!(
+        claims
+            .get_opt(&claim_name(Claim::Ip(ip)))
+            .await
+            .unwrap()
+            .is_some(),
+        "{ip} not claimed"
+    );
 
     // kube-system is excluded by the chart's namespaceSelector; the opt-out label
     // skips the webhook: the API server alone decides, and accepts.
     let system: Api<Service> = Api::namespaced(client.clone(), "kube-system");
     system
-        .create(&PostParams::default(), &service("chart-excluded", Some("10.96.200.6"), false))
+        .create(
+            &PostParams::default(),
+            &service("chart-excluded", Some("10.96.200.6"), false),
+        )
         .await
         .expect("kube-system is not reviewed");
     services
-        .create(&PostParams::default(), &service("opted-out", Some("10.96.200.7"), true))
+        .create(
+            &PostParams::default(),
+            &service("opted-out", Some("10.96.200.7"), true),
+        )
         .await
         .expect("the opt-out label skips the webhook");
 
@@ -248,7 +307,9 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         let name = c["metadata"]["name"].as_str().unwrap();
         kubectl_ok(&cluster.kubeconfig, &["delete", &kind, name], "");
     }
-    let _ = system.delete("chart-excluded", &DeleteParams::default()).await;
+    let _ = system
+        .delete("chart-excluded", &DeleteParams::default())
+        .await;
     envtest::delete_namespace(&client, &ns).await;
     cancel.cancel();
     let _ = running.wait().await;

@@ -178,6 +178,16 @@ struct Process {
 
 impl Process {
     fn spawn(bin: &PathBuf, kubeconfig: &std::path::Path, name: &str, lease_ns: &str) -> Self {
+        Self::spawn_logging(bin, kubeconfig, name, lease_ns, Stdio::inherit())
+    }
+
+    fn spawn_logging(
+        bin: &PathBuf,
+        kubeconfig: &std::path::Path,
+        name: &str,
+        lease_ns: &str,
+        stderr: Stdio,
+    ) -> Self {
         let child = Command::new(bin)
             .args([
                 "run",
@@ -193,7 +203,7 @@ impl Process {
             .env("POD_NAME", name)
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         Self {

@@ -164,7 +164,9 @@ impl EndpointSliceController {
     pub fn refresh_topology(&self) {
         let keys = {
             let nodes = self.cache.nodes.read();
-            self.state().topology.set_nodes(nodes.iter().map(Arc::as_ref))
+            self.state()
+                .topology
+                .set_nodes(nodes.iter().map(Arc::as_ref))
         };
         debug!(overloaded = keys.len(), "topology recomputed");
         for key in keys {

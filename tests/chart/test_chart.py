@@ -1,0 +1,849 @@
+"""Property checks on the rendered svcplane chart (conventions.md §5 and §6).
+
+Renders the chart offline (helm-python-sdk, no helm binary, no cluster) with
+the default values and with every charts/svcplane/ci/*.yaml variant, then
+checks the objects. Run through `bash tests/chart/run.sh`, or directly:
+`python -m pytest tests/chart -q` inside a venv with the pinned packages.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CHART = REPO / "charts" / "svcplane"
+sys.path.insert(0, str(HERE))
+import render as chart_render  # noqa: E402
+
+NAMESPACE = chart_render.NAMESPACE
+CI_VARIANTS = sorted(p.name for p in (CHART / "ci").glob("*.yaml"))
+VARIANTS = ["default"] + CI_VARIANTS
+KUBE_VERSIONS = ["1.33", "1.36"]
+# Kinds without a schema in kubernetes-validate (CRDs of other projects);
+# kubernetes-validate only warns about them, so they are checked by hand below.
+FOREIGN_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
+                 ("monitoring.coreos.com/v1", "ServiceMonitor")}
+KCM_FLAG = "--controllers=*,-endpointslice,-endpoint,-endpointslicemirroring"
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def variant_values(variant: str) -> dict:
+    if variant == "default":
+        return {}
+    return chart_render.load_values(str(CHART / "ci" / variant))
+
+
+def render_objects(values: dict, notes: dict | None = None) -> list[dict]:
+    docs = chart_render.render_values(str(CHART), values, notes)
+    return [yaml.safe_load(d) for d in docs]
+
+
+@functools.cache
+def _rendered(variant: str) -> tuple[list[dict], str]:
+    notes: dict = {}
+    objs = render_objects(variant_values(variant), notes)
+    return objs, notes.get("text", "")
+
+
+def objects(variant: str) -> list[dict]:
+    return copy.deepcopy(_rendered(variant)[0])
+
+
+@functools.cache
+def merged_values(variant: str) -> dict:
+    with helm.Chart.load(str(CHART)) as chart:
+        return chart.merge_values(variant_values(variant))
+
+
+def of_kind(objs: list[dict], kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in of_kind(objs, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected exactly one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def deployment(objs: list[dict]) -> dict:
+    return one(objs, "Deployment")
+
+
+def container(objs: list[dict]) -> dict:
+    containers = deployment(objs)["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def flags(objs: list[dict]) -> dict[str, str]:
+    """`--name=value` args of the container as {name: value}; also checks `run` comes first."""
+    args = container(objs)["args"]
+    assert args[0] == "run", "the image's entrypoint is /svcplane; the first arg must be the run subcommand"
+    out: dict[str, str] = {}
+    for a in args[1:]:
+        m = re.fullmatch(r"--([a-z0-9-]+)=(.*)", a)
+        assert m, f"arg {a!r} is not --flag=value"
+        assert m.group(1) not in out, f"flag --{m.group(1)} given twice"
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def seconds(duration: str) -> float:
+    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"([0-9]+)(ms|s|m|h)", duration)
+    assert "".join(n + u for n, u in parts) == duration, f"bad duration {duration!r}"
+    return sum(int(n) * unit[u] for n, u in parts)
+
+
+def webhook_entries(objs: list[dict]) -> list[tuple[str, dict]]:
+    out = []
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for cfg in of_kind(objs, kind):
+            out += [(kind, w) for w in cfg["webhooks"]]
+    return out
+
+
+def webhook_enabled(variant: str) -> bool:
+    return merged_values(variant)["webhook"]["enabled"]
+
+
+def cert_mode(variant: str) -> str | None:
+    v = merged_values(variant)["webhook"]
+    return v["certMode"] if v["enabled"] else None
+
+
+# ------------------------------------------------------- variants / validity
+
+
+def test_every_mode_has_a_ci_variant():
+    modes = {cert_mode(v) for v in CI_VARIANTS}
+    assert {"helm", "cert-manager", "secret", None} <= modes, f"ci/ misses a mode: {modes}"
+    assert any(merged_values(v)["webhook"]["excludeNamespaces"] == [] for v in CI_VARIANTS), \
+        "ci/ needs a generic-control-plane variant with webhook.excludeNamespaces: []"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_renders_and_validates_strictly(variant, kube):
+    objs = objects(variant)
+    assert objs
+    errors = []
+    for o in objs:
+        key = f"{o['kind']}/{o['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(o, kube, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            if (o["apiVersion"], o["kind"]) not in FOREIGN_KINDS:
+                errors.append(f"{key}: no schema for {o['apiVersion']} in Kubernetes {kube}")
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{key}: {str(e).splitlines()[0]}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_everything_in_the_release_namespace_or_cluster_scoped(variant):
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    for o in objects(variant):
+        if o["kind"] in cluster_scoped:
+            assert "namespace" not in o["metadata"], o["kind"]
+        else:
+            assert o["metadata"].get("namespace") == NAMESPACE, f"{o['kind']}/{o['metadata']['name']}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_labels(variant):
+    required = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                "app.kubernetes.io/managed-by", "helm.sh/chart"}
+    objs = objects(variant)
+    for o in objs:
+        missing = required - set(o["metadata"].get("labels", {}))
+        assert not missing, f"{o['kind']}/{o['metadata']['name']} lacks {missing}"
+    selector = {"app.kubernetes.io/name": "svcplane", "app.kubernetes.io/instance": "svcplane"}
+    d = deployment(objs)
+    assert d["spec"]["selector"] == {"matchLabels": selector}
+    for svc in of_kind(objs, "Service"):
+        assert svc["spec"]["selector"] == selector
+    pdb = of_kind(objs, "PodDisruptionBudget")
+    assert all(p["spec"]["selector"] == {"matchLabels": selector} for p in pdb)
+
+
+# ---------------------------------------------------------------- workload
+
+
+def test_default_has_two_replicas():
+    assert deployment(objects("default"))["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_replicas_follow_values(variant):
+    assert deployment(objects(variant))["spec"]["replicas"] == merged_values(variant)["replicaCount"] >= 1
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_pdb(variant):
+    pdb = one(objects(variant), "PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == 1
+    assert "maxUnavailable" not in pdb["spec"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_pod_scheduling(variant):
+    spec = deployment(objects(variant))["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in spec["tolerations"]
+    tsc = spec["topologySpreadConstraints"]
+    assert any(c["topologyKey"] == "kubernetes.io/hostname" and c["whenUnsatisfiable"] == "ScheduleAnyway"
+               and c["labelSelector"]["matchLabels"] == deployment(objects(variant))["spec"]["selector"]["matchLabels"]
+               for c in tsc), tsc
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_resources_memory_limit_no_cpu_limit(variant):
+    res = container(objects(variant))["resources"]
+    assert {"cpu", "memory"} <= set(res["requests"])
+    assert "memory" in res["limits"]
+    assert "cpu" not in res["limits"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_termination_grace_exceeds_shutdown_drain(variant):
+    objs = objects(variant)
+    grace = deployment(objs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > seconds(flags(objs)["shutdown-grace-period"])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_security_context(variant):
+    objs = objects(variant)
+    pod = deployment(objs)["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] == 65532
+    assert psc["runAsGroup"] == 65532
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(objs)
+    csc = c["securityContext"]
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    assert csc.get("privileged", False) is False
+    assert "runAsUser" not in csc or csc["runAsUser"] != 0
+    for m in c.get("volumeMounts", []):
+        assert m.get("readOnly") is True, f"volume mount {m['name']} must be read-only"
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_probes_on_named_admin_port(variant):
+    objs = objects(variant)
+    c = container(objs)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["admin"] == int(flags(objs)["metrics-bind-address"].rsplit(":", 1)[1])
+    live, ready = c["livenessProbe"], c["readinessProbe"]
+    assert live["httpGet"]["path"] == "/livez" and live["httpGet"]["port"] == "admin"
+    assert ready["httpGet"]["path"] == "/readyz" and ready["httpGet"]["port"] == "admin"
+    assert ready["periodSeconds"] <= 5, "readiness gates the webhook endpoints: keep its period short"
+    assert live["failureThreshold"] * live["periodSeconds"] >= 30, "liveness must be generous"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_downward_api_env(variant):
+    env = {e["name"]: e for e in container(objects(variant))["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["RUST_LOG"]["value"] == merged_values(variant)["logging"]["level"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_leader_election_flags(variant):
+    objs = objects(variant)
+    f = flags(objs)
+    le = merged_values(variant)["leaderElection"]
+    assert f["leader-elect"] == "true"
+    assert f["leader-elect-lease-duration"] == le["leaseDuration"]
+    assert f["leader-elect-renew-deadline"] == le["renewDeadline"]
+    assert f["leader-elect-retry-period"] == le["retryPeriod"]
+    assert f["leader-elect-resource-namespace"] == NAMESPACE
+    assert f["leader-elect-resource-name"] == (le.get("resourceName") or "svcplane")
+    assert seconds(f["leader-elect-renew-deadline"]) < seconds(f["leader-elect-lease-duration"])
+
+
+# -------------------------------------------------------------------- RBAC
+
+
+def rules(objs: list[dict], kind: str) -> list[dict]:
+    return [r for o in of_kind(objs, kind) for r in o["rules"]]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rbac_has_no_wildcards(variant):
+    objs = objects(variant)
+    all_rules = rules(objs, "ClusterRole") + rules(objs, "Role")
+    assert all_rules
+    for r in all_rules:
+        for field in ("verbs", "resources", "apiGroups", "resourceNames", "nonResourceURLs"):
+            for item in r.get(field, []):
+                assert "*" not in item, f"wildcard in {field}: {r}"
+        assert "deletecollection" not in r["verbs"], r
+        assert "escalate" not in r["verbs"] and "bind" not in r["verbs"] and "impersonate" not in r["verbs"]
+        assert "secrets" not in r["resources"], "svcplane reads its certificate from a volume, never the API"
+
+
+def grants(rule_list: list[dict]) -> set[tuple]:
+    return {(g, res, verb, tuple(r.get("resourceNames", [])))
+            for r in rule_list for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
+
+
+def test_cluster_role_is_exactly_what_the_code_uses():
+    def g(group, resources, verbs, names=()):
+        return {(group, r, v, tuple(names)) for r in resources for v in verbs}
+    read = ["get", "list", "watch"]
+    expected = (g("", ["services", "pods", "nodes"], read)
+                | g("", ["endpoints"], read + ["create", "update", "delete"])
+                | g("discovery.k8s.io", ["endpointslices"], read + ["create", "update", "delete"])
+                | g("events.k8s.io", ["events"], ["create", "patch"])
+                | g("", ["events"], ["create", "patch"])
+                | g("networking.k8s.io", ["ipaddresses", "servicecidrs"], read)
+                | g("svcplane.io", ["allocationclaims"], read + ["create", "delete"])
+                | g("apiextensions.k8s.io", ["customresourcedefinitions"], ["get"],
+                    ["allocationclaims.svcplane.io"]))
+    assert grants(rules(objects("default"), "ClusterRole")) == expected
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lease_role_cert_manager_shape(variant):
+    objs = objects(variant)
+    lease = flags(objs)["leader-elect-resource-name"]
+    role = one(objs, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    create = [r for r in role["rules"] if "create" in r["verbs"]]
+    assert create == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    named = [r for r in role["rules"] if "create" not in r["verbs"]]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": [lease], "verbs": ["get", "update", "patch"]}]
+    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    assert deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"] == sa
+    for kind, ref_kind, ref_name in (("RoleBinding", "Role", role["metadata"]["name"]),
+                                     ("ClusterRoleBinding", "ClusterRole", one(objs, "ClusterRole")["metadata"]["name"])):
+        b = one(objs, kind)
+        assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": ref_name}
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+
+
+# ----------------------------------------------------------------- webhook
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_configurations(variant):
+    objs = objects(variant)
+    values = merged_values(variant)["webhook"]
+    assert len(of_kind(objs, "MutatingWebhookConfiguration")) == 1
+    assert len(of_kind(objs, "ValidatingWebhookConfiguration")) == 1
+    svc = one(objs, "Service", "svcplane-webhook")
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
+    assert ports["webhook"] == 9443 == int(flags(objs)["webhook-bind-address"].rsplit(":", 1)[1])
+    entries = webhook_entries(objs)
+    assert len(entries) == 2
+    for kind, w in entries:
+        assert w["admissionReviewVersions"] == ["v1"]
+        assert w["sideEffects"] == "NoneOnDryRun"
+        assert w["matchPolicy"] == "Equivalent"
+        assert w["timeoutSeconds"] == values["timeoutSeconds"]
+        assert 1 <= w["timeoutSeconds"] <= 30
+        assert w["timeoutSeconds"] > seconds(flags(objs)["webhook-request-timeout"])
+        assert w["failurePolicy"] == values["failurePolicy"]
+        assert w["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                               "resources": ["services"], "scope": "Namespaced"}]
+        path = "/mutate-services" if kind.startswith("Mutating") else "/validate-services"
+        assert w["clientConfig"]["service"] == {"name": "svcplane-webhook", "namespace": NAMESPACE,
+                                                "path": path, "port": 443}
+        if kind.startswith("Mutating"):
+            assert w["reinvocationPolicy"] == "Never", "the webhook must not be reinvoked"
+        else:
+            assert "reinvocationPolicy" not in w
+
+
+def test_default_failure_policy_is_fail():
+    assert {w["failurePolicy"] for _, w in webhook_entries(objects("default"))} == {"Fail"}
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_namespace_selector(variant):
+    excluded = merged_values(variant)["webhook"]["excludeNamespaces"]
+    for _, w in webhook_entries(objects(variant)):
+        sel = w["namespaceSelector"]
+        if excluded:
+            assert sel == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                 "values": excluded}]}
+        else:
+            # NotIn with no values is refused by the API server: the selector must be empty.
+            assert sel == {}, sel
+
+
+def test_default_excludes_kube_system():
+    for _, w in webhook_entries(objects("default")):
+        exprs = w["namespaceSelector"]["matchExpressions"]
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in exprs
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_skips_its_own_service(variant):
+    expected = '!(request.namespace == "kube-system" && request.name == "svcplane-webhook")'
+    for _, w in webhook_entries(objects(variant)):
+        assert {"name": "exclude-svcplane-webhook-service", "expression": expected} in w["matchConditions"]
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_opt_out_label(variant):
+    label = merged_values(variant)["webhook"]["optOutLabel"]
+    for _, w in webhook_entries(objects(variant)):
+        if label:
+            assert w["objectSelector"] == {"matchExpressions": [{"key": label, "operator": "DoesNotExist"}]}
+        else:
+            assert w["objectSelector"] == {}
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_flags_and_read_only_cert_volume(variant):
+    objs = objects(variant)
+    f = flags(objs)
+    assert f["webhook"] == "true"
+    c = container(objs)
+    (mount,) = c["volumeMounts"]
+    assert mount["readOnly"] is True
+    assert f["tls-cert-file"] == mount["mountPath"] + "/tls.crt"
+    assert f["tls-private-key-file"] == mount["mountPath"] + "/tls.key"
+    (vol,) = deployment(objs)["spec"]["template"]["spec"]["volumes"]
+    assert vol["name"] == mount["name"] and "secret" in vol
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if not webhook_enabled(v)])
+def test_webhook_disabled(variant):
+    objs = objects(variant)
+    kinds = {o["kind"] for o in objs}
+    assert not kinds & {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Secret",
+                        "Issuer", "Certificate"}, kinds
+    assert not [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "svcplane-webhook"]
+    f = flags(objs)
+    assert f["webhook"] == "false"
+    assert not {k for k in f if k.startswith("tls-") or k.startswith("webhook-") or k.startswith("claim-")}
+    c = container(objs)
+    assert [p["name"] for p in c["ports"]] == ["admin"]
+    assert "volumeMounts" not in c
+    assert "volumes" not in deployment(objs)["spec"]["template"]["spec"]
+
+
+def test_there_is_a_webhook_disabled_variant():
+    assert [v for v in CI_VARIANTS if not webhook_enabled(v)]
+
+
+# ------------------------------------------------------------ certificates
+
+
+def secret_name(objs: list[dict]) -> str:
+    (vol,) = deployment(objs)["spec"]["template"]["spec"]["volumes"]
+    return vol["secret"]["secretName"]
+
+
+def variants_with_cert_mode(mode: str) -> list[str]:
+    found = [v for v in VARIANTS if cert_mode(v) == mode]
+    assert found, f"no variant renders certMode={mode}"
+    return found
+
+
+def _openssl(*args: str, stdin: bytes | None = None) -> str:
+    return subprocess.run(["openssl", *args], input=stdin, capture_output=True, check=True).stdout.decode()
+
+
+@pytest.mark.parametrize("variant", variants_with_cert_mode("helm"))
+def test_cert_mode_helm(variant, tmp_path):
+    objs = objects(variant)
+    assert not of_kind(objs, "Issuer") and not of_kind(objs, "Certificate")
+    secret = one(objs, "Secret")
+    assert secret["metadata"]["name"] == secret_name(objs) == "svcplane-webhook-tls"
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    for _, w in webhook_entries(objs):
+        assert w["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "caBundle must come from the same CA"
+    for cfg in of_kind(objs, "MutatingWebhookConfiguration") + of_kind(objs, "ValidatingWebhookConfiguration"):
+        assert "cert-manager.io/inject-ca-from" not in cfg["metadata"].get("annotations", {})
+    pem = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert pem["tls.crt"].startswith(b"-----BEGIN CERTIFICATE-----")
+    assert b"PRIVATE KEY-----" in pem["tls.key"]
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed: SANs and signature not checked")
+    for name, data in pem.items():
+        (tmp_path / name).write_bytes(data)
+    sans = _openssl("x509", "-noout", "-ext", "subjectAltName", "-in", str(tmp_path / "tls.crt"))
+    assert "DNS:svcplane-webhook.kube-system.svc" in sans
+    assert "DNS:svcplane-webhook.kube-system.svc.cluster.local" in sans
+    assert "OK" in _openssl("verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt"))
+
+
+@pytest.mark.parametrize("variant", variants_with_cert_mode("cert-manager"))
+def test_cert_mode_cert_manager(variant):
+    objs = objects(variant)
+    assert not of_kind(objs, "Secret"), "cert-manager writes the Secret"
+    issuers = {i["metadata"]["name"]: i for i in of_kind(objs, "Issuer")}
+    certs = {c["metadata"]["name"]: c for c in of_kind(objs, "Certificate")}
+    assert issuers["svcplane-selfsigned"]["spec"] == {"selfSigned": {}}
+    ca = certs["svcplane-ca"]["spec"]
+    assert ca["isCA"] is True and ca["issuerRef"]["name"] == "svcplane-selfsigned"
+    assert issuers["svcplane-ca"]["spec"] == {"ca": {"secretName": ca["secretName"]}}
+    serving = certs["svcplane-webhook"]["spec"]
+    assert serving["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "svcplane-ca"}
+    assert serving["dnsNames"] == ["svcplane-webhook.kube-system.svc",
+                                   "svcplane-webhook.kube-system.svc.cluster.local"]
+    assert serving["secretName"] == secret_name(objs)
+    assert "server auth" in serving["usages"]
+    for cfg in of_kind(objs, "MutatingWebhookConfiguration") + of_kind(objs, "ValidatingWebhookConfiguration"):
+        assert cfg["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kube-system/svcplane-webhook"
+    for _, w in webhook_entries(objs):
+        assert "caBundle" not in w["clientConfig"], "cainjector fills the caBundle"
+    for o in of_kind(objs, "Issuer") + of_kind(objs, "Certificate"):
+        assert o["apiVersion"] == "cert-manager.io/v1"
+
+
+@pytest.mark.parametrize("variant", variants_with_cert_mode("secret"))
+def test_cert_mode_secret(variant):
+    objs = objects(variant)
+    values = merged_values(variant)["webhook"]
+    assert not of_kind(objs, "Secret") and not of_kind(objs, "Issuer") and not of_kind(objs, "Certificate")
+    assert secret_name(objs) == values["existingSecret"]
+    for _, w in webhook_entries(objs):
+        assert w["clientConfig"]["caBundle"] == values["caBundle"]
+    assert base64.b64decode(values["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def test_helm_cert_is_regenerated_offline_not_expected_stable():
+    # `lookup` is empty offline, so every render makes a new CA: tests must not
+    # pin a certificate. (On a live upgrade the existing Secret is reused.)
+    a = one(render_objects({}), "Secret")["data"]["ca.crt"]
+    b = one(render_objects({}), "Secret")["data"]["ca.crt"]
+    assert a != b
+
+
+# -------------------------------------------------------- metrics, CRD, notes
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_metrics_service_and_service_monitor(variant):
+    objs = objects(variant)
+    m = merged_values(variant)["metrics"]
+    svcs = [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "svcplane-metrics"]
+    want_svc = m["service"]["enabled"] or m["serviceMonitor"]["enabled"]
+    assert len(svcs) == (1 if want_svc else 0)
+    if svcs:
+        assert svcs[0]["spec"]["ports"] == [{"name": "metrics", "port": m["service"]["port"],
+                                             "targetPort": "admin", "protocol": "TCP"}]
+    sms = of_kind(objs, "ServiceMonitor")
+    assert len(sms) == (1 if m["serviceMonitor"]["enabled"] else 0)
+    for sm in sms:
+        assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+        assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+        assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+        labels = svcs[0]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+        assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+        for k, v in m["serviceMonitor"]["labels"].items():
+            assert sm["metadata"]["labels"][k] == v
+
+
+def test_there_is_a_service_monitor_variant():
+    assert any(merged_values(v)["metrics"]["serviceMonitor"]["enabled"] for v in CI_VARIANTS)
+
+
+def test_crd_matches_the_shipped_file_and_is_kept():
+    crd = one(objects("default"), "CustomResourceDefinition")
+    shipped = yaml.safe_load((CHART / "files" / "allocationclaims.svcplane.io.yaml").read_text())
+    assert crd["spec"] == shipped["spec"]
+    assert crd["metadata"]["name"] == "allocationclaims.svcplane.io"
+    assert crd["spec"]["group"] == "svcplane.io" and crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["plural"] == "allocationclaims"
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert not of_kind(render_objects({"crds": {"install": True, "keep": False}}), "CustomResourceDefinition")[0][
+        "metadata"].get("annotations")
+    assert not of_kind(render_objects({"crds": {"install": False, "keep": True}}), "CustomResourceDefinition")
+
+
+def test_crd_is_what_the_binary_prints():
+    """The shipped CRD equals `svcplane crd` (skipped until a binary exists)."""
+    binary = svcplane_binary()
+    if binary is None:
+        pytest.skip("no target/*/svcplane binary; regenerate with `cargo run -q -p svcplane-controller -- crd`")
+    out = subprocess.run([str(binary), "crd"], capture_output=True, check=True, timeout=60).stdout
+    shipped = yaml.safe_load((CHART / "files" / "allocationclaims.svcplane.io.yaml").read_text())
+    assert yaml.safe_load(out) == shipped, (
+        "charts/svcplane/files/allocationclaims.svcplane.io.yaml is stale: "
+        "cargo run -q -p svcplane-controller -- crd > charts/svcplane/files/allocationclaims.svcplane.io.yaml")
+
+
+def svcplane_binary() -> pathlib.Path | None:
+    """$SVCPLANE_BIN, else target/debug/svcplane, else target/release/svcplane."""
+    if os.environ.get("SVCPLANE_BIN"):
+        return pathlib.Path(os.environ["SVCPLANE_BIN"])
+    for b in (REPO / "target" / "debug" / "svcplane", REPO / "target" / "release" / "svcplane"):
+        if b.exists():
+            return b
+    return None
+
+
+def run_capable_binary() -> pathlib.Path:
+    binary = svcplane_binary()
+    if binary is None:
+        pytest.skip("no svcplane binary (set SVCPLANE_BIN or build target/debug/svcplane)")
+    result = subprocess.run([str(binary), "run", "--help"], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        pytest.skip(f"{binary} has no `run` subcommand yet (stale build?)")
+    return binary
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_binary_parses_the_rendered_args(variant):
+    """`svcplane run <rendered args>` gets past flag parsing (clap exits 2 on a usage error).
+
+    --kubeconfig points nowhere, so the run stops right after parsing without
+    touching a cluster."""
+    binary = run_capable_binary()
+    args = container(objects(variant))["args"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCPLANE_") and k != "KUBECONFIG"}
+    env.update(POD_NAME="svcplane-test", POD_NAMESPACE=NAMESPACE)
+    try:
+        result = subprocess.run([str(binary), *args, "--kubeconfig", "/nonexistent/svcplane-chart-test"],
+                                capture_output=True, text=True, timeout=20, env=env)
+    except subprocess.TimeoutExpired:
+        return  # still running: the flags parsed
+    assert result.returncode != 2, f"svcplane refused the chart's flags:\n{result.stderr}"
+    assert "kubeconfig" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_binary_knows_every_flag_the_chart_passes(variant):
+    """Every rendered flag is one `svcplane run --help` lists (skipped without a binary that has `run`)."""
+    binary = run_capable_binary()
+    result = subprocess.run([str(binary), "run", "--help"], capture_output=True, text=True, timeout=60)
+    known = set(re.findall(r"--([a-z0-9-]+)", result.stdout))
+    extra = {re.match(r"--([a-z0-9-]+)", a).group(1) for a in merged_values(variant)["extraArgs"]}
+    unknown = [f for f in flags(objects(variant)) if f not in known and f not in extra]
+    assert not unknown, f"flags the chart passes but `svcplane run` does not have: {unknown}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_notes_tell_how_to_disable_kcm_controllers(variant):
+    _, notes = _rendered(variant)
+    assert KCM_FLAG in notes
+    assert "rollout status deployment/svcplane" in notes
+
+
+# ------------------------------------------------------ values -> flags map
+
+
+def test_every_value_reaches_its_flag():
+    values = {
+        "controllers": ["*", "-allocator-repair"],
+        "endpointSlice": {"maxEndpointsPerSlice": 250, "updatesBatchPeriod": "2s", "concurrentSyncs": 7},
+        "endpoints": {"updatesBatchPeriod": "1s", "concurrentSyncs": 8},
+        "mirroring": {"maxEndpointsPerSubset": 500, "updatesBatchPeriod": "3s", "concurrentSyncs": 9},
+        "serviceClusterIPRange": "10.0.0.0/16,fd00::/108",
+        "serviceNodePortRange": "31000-31999",
+        "allocatorRepairInterval": "5m",
+        "kubeAPI": {"qps": 50, "burst": 75},
+        "leaderElection": {"enabled": True, "leaseDuration": "20s", "renewDeadline": "15s",
+                           "retryPeriod": "3s", "resourceName": "my-lease"},
+        "shutdownGracePeriod": "25s",
+        "terminationGracePeriodSeconds": 40,
+        "logging": {"format": "json", "level": "debug"},
+        "listenHost": "[::]",
+        "metrics": {"port": 9090},
+        "webhook": {"port": 10443, "requestTimeout": "3s", "tlsReloadInterval": "1m",
+                    "claimGracePeriod": "90s", "claimRepairInterval": "45s"},
+        "extraArgs": ["--some-future-flag=1"],
+    }
+    objs = render_objects(values)
+    f = flags(objs)
+    assert f == {
+        "controllers": "*,-allocator-repair",
+        "max-endpoints-per-slice": "250",
+        "mirroring-max-endpoints-per-subset": "500",
+        "endpoint-updates-batch-period": "1s",
+        "endpointslice-updates-batch-period": "2s",
+        "mirroring-endpointslice-updates-batch-period": "3s",
+        "concurrent-service-endpoint-syncs": "7",
+        "concurrent-endpoint-syncs": "8",
+        "mirroring-concurrent-service-endpoint-syncs": "9",
+        "service-cluster-ip-range": "10.0.0.0/16,fd00::/108",
+        "service-node-port-range": "31000-31999",
+        "allocator-repair-interval": "5m",
+        "kube-api-qps": "50",
+        "kube-api-burst": "75",
+        "metrics-bind-address": "[::]:9090",
+        "leader-elect": "true",
+        "leader-elect-lease-duration": "20s",
+        "leader-elect-renew-deadline": "15s",
+        "leader-elect-retry-period": "3s",
+        "leader-elect-resource-name": "my-lease",
+        "leader-elect-resource-namespace": "kube-system",
+        "shutdown-grace-period": "25s",
+        "log-format": "json",
+        "webhook": "true",
+        "webhook-bind-address": "[::]:10443",
+        "tls-cert-file": "/etc/svcplane/tls/tls.crt",
+        "tls-private-key-file": "/etc/svcplane/tls/tls.key",
+        "tls-reload-interval": "1m",
+        "webhook-request-timeout": "3s",
+        "claim-grace-period": "90s",
+        "claim-repair-interval": "45s",
+        "some-future-flag": "1",
+    }
+    assert "kubeconfig" not in f, "in-cluster config: the chart never passes --kubeconfig"
+    assert one(objs, "Role")["rules"][1]["resourceNames"] == ["my-lease"]
+    ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
+    assert ports == {"admin": 9090, "webhook": 10443}
+
+
+def test_default_flags_equal_the_binary_defaults():
+    f = flags(objects("default"))
+    assert f["controllers"] == "endpointslice,endpoints,endpointslicemirroring,allocator-repair"
+    assert f["max-endpoints-per-slice"] == "100"
+    assert f["mirroring-max-endpoints-per-subset"] == "1000"
+    assert f["endpoint-updates-batch-period"] == "0s"
+    assert "endpointslice-updates-batch-period" not in f  # defaults to the endpoints period
+    assert "mirroring-endpointslice-updates-batch-period" not in f
+    assert f["service-cluster-ip-range"] == "10.96.0.0/12"
+    assert f["service-node-port-range"] == "30000-32767"
+    assert (f["kube-api-qps"], f["kube-api-burst"]) == ("20", "30")
+    assert f["metrics-bind-address"] == "0.0.0.0:8080"
+    assert f["webhook-bind-address"] == "0.0.0.0:9443"
+    assert f["log-format"] == "text"
+    assert f["shutdown-grace-period"] == "20s"
+
+
+# ------------------------------------------------------------- bad values
+
+
+def schema_error(values: dict) -> str:
+    with helm.Chart.load(str(CHART)) as chart:
+        with pytest.raises(helm.HelmError) as e:
+            chart.validate_schema(values)
+    return str(e.value)
+
+
+def test_bad_values_file_fails_naming_the_field():
+    bad = HERE / "bad-values.yaml"
+    assert "ci" not in bad.parts
+    with pytest.raises(chart_render.ChartError) as e:
+        chart_render.render(str(CHART), str(bad))
+    assert "/webhook/failurePolicy" in str(e.value)
+    assert "/webhook/failurePolicy" in schema_error(chart_render.load_values(str(bad)))
+    result = subprocess.run([sys.executable, str(HERE / "render.py"), str(CHART), "/dev/null", str(bad)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "/webhook/failurePolicy" in result.stderr
+
+
+@pytest.mark.parametrize("values,pointer", [
+    ({"replicaCount": 0}, "/replicaCount"),
+    ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
+    ({"webhook": {"timeoutSeconds": 0}}, "/webhook/timeoutSeconds"),
+    ({"webhook": {"certMode": "self-signed"}}, "/webhook/certMode"),
+    ({"webhook": {"certMode": "secret"}}, "/webhook/existingSecret"),
+    ({"webhook": {"typo": 1}}, "/webhook"),
+    ({"replicas": 2}, "replicas"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"logging": {"format": "yaml"}}, "/logging/format"),
+    ({"endpointSlice": {"maxEndpointsPerSlice": 1001}}, "/endpointSlice/maxEndpointsPerSlice"),
+    ({"mirroring": {"maxEndpointsPerSubset": 0}}, "/mirroring/maxEndpointsPerSubset"),
+    ({"endpoints": {"concurrentSyncs": 51}}, "/endpoints/concurrentSyncs"),
+    ({"kubeAPI": {"qps": -1}}, "/kubeAPI/qps"),
+    ({"kubeAPI": {"burst": 0}}, "/kubeAPI/burst"),
+    ({"allocatorRepairInterval": "0s"}, "/allocatorRepairInterval"),
+    ({"leaderElection": {"retryPeriod": "0m0s"}}, "/leaderElection/retryPeriod"),
+    ({"webhook": {"requestTimeout": "0ms"}}, "/webhook/requestTimeout"),
+    ({"listenHost": "localhost"}, "/listenHost"),
+    ({"endpoints": {"updatesBatchPeriod": "1"}}, "/endpoints/updatesBatchPeriod"),
+    ({"leaderElection": {"leaseDuration": "15 seconds"}}, "/leaderElection/leaseDuration"),
+    ({"controllers": ["endpointslices"]}, "/controllers/0"),
+    ({"resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}, "/resources/limits"),
+    ({"serviceClusterIPRange": "10.96.0.0"}, "/serviceClusterIPRange"),
+    ({"webhook": {"excludeNamespaces": ["Kube_System"]}}, "/webhook/excludeNamespaces/0"),
+])
+def test_schema_refuses(values, pointer):
+    assert pointer in schema_error(values)
+
+
+def test_defaults_and_ci_variants_pass_the_schema():
+    with helm.Chart.load(str(CHART)) as chart:
+        for v in VARIANTS:
+            chart.validate_schema(variant_values(v))
+        # accepted edge values
+        for ok in ({"kubeAPI": {"qps": 0}}, {"kubeAPI": {"qps": 2.5}}, {"endpoints": {"updatesBatchPeriod": "0s"}},
+                   {"allocatorRepairInterval": "1m30s"}, {"leaderElection": {"retryPeriod": "500ms"}},
+                   {"controllers": ["*", "-endpoint"]}, {"shutdownGracePeriod": "0s"}):
+            chart.validate_schema(ok)
+
+
+def test_schema_is_strict_at_every_object_level():
+    import json
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    loose = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "additionalProperties" not in node:
+                loose.append(where)
+            for k, v in node.items():
+                walk(v, f"{where}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}/{i}")
+
+    walk(schema, "#")
+    assert not loose, f"objects without additionalProperties: {loose}"
+
+
+def test_leader_election_off_needs_a_single_replica():
+    with pytest.raises(chart_render.ChartError, match="leaderElection.enabled=false"):
+        render_objects({"leaderElection": {"enabled": False}})
+    objs = render_objects({"leaderElection": {"enabled": False}, "replicaCount": 1,
+                           "podDisruptionBudget": {"enabled": False}})
+    assert flags(objs)["leader-elect"] == "false"
+    assert deployment(objs)["spec"]["replicas"] == 1
+    assert not of_kind(objs, "PodDisruptionBudget")
+
+
+def test_readme_documents_every_value():
+    readme = (CHART / "README.md").read_text()
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    opaque = {"resources", "nodeSelector"}  # documented as whole objects
+
+    def leaves(d, prefix=""):
+        for k, v in d.items():
+            key = prefix + k
+            if isinstance(v, dict) and v and key not in opaque:
+                yield from leaves(v, key + ".")
+            else:
+                yield key
+
+    missing = [k for k in leaves(defaults) if f"| `{k}` |" not in readme]
+    assert not missing, f"charts/svcplane/README.md values table lacks: {missing}"
