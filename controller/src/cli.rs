@@ -44,46 +44,11 @@ pub struct WebhookArgs {
     #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Address the HTTPS webhook server listens on.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:9443",
-        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS"
-    )]
-    pub webhook_bind_address: std::net::SocketAddr,
-
-    /// PEM certificate chain served by the webhook (re-read when it changes).
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE")]
-    pub tls_cert_file: PathBuf,
-
-    /// PEM private key of the webhook certificate.
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
-    pub tls_private_key_file: PathBuf,
+    #[command(flatten)]
+    pub server: WebhookServerFlags,
 
     #[command(flatten)]
     pub ranges: AllocatorRanges,
-
-    /// How often the certificate files are checked for changes.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration,
-          env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: std::time::Duration,
-
-    /// Per-request deadline; keep it below the webhook configuration's
-    /// `timeoutSeconds` so the API server gets an answer, not a timeout.
-    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration,
-          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
-    pub webhook_request_timeout: std::time::Duration,
-
-    /// An AllocationClaim no Service uses is released once it is this old.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
-          env = "SVCPLANE_CLAIM_GRACE_PERIOD")]
-    pub claim_grace_period: std::time::Duration,
-
-    /// How often unused AllocationClaims are looked for.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration,
-          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL")]
-    pub claim_repair_interval: std::time::Duration,
 
     /// Log line format.
     #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
@@ -233,42 +198,8 @@ pub struct RunArgs {
           action = clap::ArgAction::Set)]
     pub webhook: bool,
 
-    /// Address the HTTPS webhook server listens on.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "0.0.0.0:9443",
-        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS"
-    )]
-    pub webhook_bind_address: std::net::SocketAddr,
-
-    /// PEM certificate chain served by the webhook (required with the webhook).
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-
-    /// PEM private key of the webhook certificate (required with the webhook).
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
-    pub tls_private_key_file: Option<PathBuf>,
-
-    /// How often the certificate files are checked for changes.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: std::time::Duration,
-
-    /// Per-request webhook deadline.
-    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
-    pub webhook_request_timeout: std::time::Duration,
-
-    /// An AllocationClaim no Service uses is released once it is this old.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
-          env = "SVCPLANE_CLAIM_GRACE_PERIOD")]
-    pub claim_grace_period: std::time::Duration,
-
-    /// How often unused AllocationClaims are looked for (leader only).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL")]
-    pub claim_repair_interval: std::time::Duration,
+    #[command(flatten)]
+    pub webhook_server: WebhookServerFlags,
 
     /// Elect a leader among replicas; only the leader runs controllers and writes.
     #[arg(long, value_name = "BOOL", env = "SVCPLANE_LEADER_ELECT", default_value_t = true,
@@ -320,25 +251,12 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// Checks clap cannot express: the certificate flags are required unless
-    /// `--webhook=false` (clap's conditional requirements ignore defaults).
+    /// `--webhook=false`.
     pub fn check(&self) -> Result<(), String> {
         if self.webhook {
-            let missing: Vec<&str> = [
-                ("--tls-cert-file", self.tls_cert_file.is_none()),
-                (
-                    "--tls-private-key-file",
-                    self.tls_private_key_file.is_none(),
-                ),
-            ]
-            .into_iter()
-            .filter_map(|(flag, absent)| absent.then_some(flag))
-            .collect();
-            if !missing.is_empty() {
-                return Err(format!(
-                    "the webhook needs {} (or run with --webhook=false)",
-                    missing.join(" and ")
-                ));
-            }
+            self.webhook_server
+                .cert_files()
+                .map_err(|e| format!("{e} (or run with --webhook=false)"))?;
         }
         Ok(())
     }
@@ -360,6 +278,77 @@ fn parse_qps(value: &str) -> Result<f64, String> {
         _ => Err(format!(
             "invalid QPS {value:?}: use a number >= 0 (0 disables the limit)"
         )),
+    }
+}
+
+/// The webhook server's flags, shared by `svcplane webhook` and `svcplane run`.
+#[derive(Debug, Clone, Args)]
+pub struct WebhookServerFlags {
+    /// Address the HTTPS webhook server listens on.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:9443",
+        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS"
+    )]
+    pub webhook_bind_address: std::net::SocketAddr,
+
+    /// PEM certificate chain served by the webhook (re-read when it changes);
+    /// required whenever the webhook runs.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of the webhook certificate; required whenever the webhook
+    /// runs.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// How often the certificate files are checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: std::time::Duration,
+
+    /// Per-request deadline; keep it below the webhook configuration's
+    /// `timeoutSeconds` so the API server gets an answer, not a timeout.
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
+    pub webhook_request_timeout: std::time::Duration,
+
+    /// An AllocationClaim no Service uses is released once it is this old.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
+          env = "SVCPLANE_CLAIM_GRACE_PERIOD")]
+    pub claim_grace_period: std::time::Duration,
+
+    /// How often unused AllocationClaims are looked for (by the leader, in `run`).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL")]
+    pub claim_repair_interval: std::time::Duration,
+}
+
+impl WebhookServerFlags {
+    /// The certificate and key files, or which flags are missing (clap's
+    /// conditional requirements ignore defaults, so this is checked after parsing).
+    pub fn cert_files(&self) -> Result<(PathBuf, PathBuf), String> {
+        match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(c), Some(k)) => Ok((c.clone(), k.clone())),
+            (c, k) => {
+                let missing: Vec<&str> = [
+                    ("--tls-cert-file", c.is_none()),
+                    ("--tls-private-key-file", k.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(flag, absent)| absent.then_some(flag))
+                .collect();
+                Err(format!("the webhook needs {}", missing.join(" and ")))
+            }
+        }
+    }
+}
+
+impl WebhookArgs {
+    /// Checks clap cannot express: both certificate flags are required.
+    pub fn check(&self) -> Result<(), String> {
+        self.server.cert_files().map(|_| ())
     }
 }
 
@@ -600,11 +589,23 @@ mod tests {
             "k.pem",
         ])
         .unwrap();
-        assert_eq!(w.webhook_bind_address.to_string(), "0.0.0.0:9443");
-        assert_eq!(w.webhook_request_timeout, std::time::Duration::from_secs(4));
-        assert_eq!(w.tls_reload_interval, std::time::Duration::from_secs(30));
-        assert_eq!(w.claim_grace_period, std::time::Duration::from_secs(60));
-        assert_eq!(w.claim_repair_interval, std::time::Duration::from_secs(30));
+        assert_eq!(w.server.webhook_bind_address.to_string(), "0.0.0.0:9443");
+        assert_eq!(
+            w.server.webhook_request_timeout,
+            std::time::Duration::from_secs(4)
+        );
+        assert_eq!(
+            w.server.tls_reload_interval,
+            std::time::Duration::from_secs(30)
+        );
+        assert_eq!(
+            w.server.claim_grace_period,
+            std::time::Duration::from_secs(60)
+        );
+        assert_eq!(
+            w.server.claim_repair_interval,
+            std::time::Duration::from_secs(30)
+        );
         assert_eq!(w.ranges.service_cluster_ip_range, "10.96.0.0/12");
         assert_eq!(w.ranges.service_node_port_range, "30000-32767");
         assert_eq!(w.log_format, LogFormat::Text);
@@ -613,8 +614,18 @@ mod tests {
 
     #[test]
     fn webhook_needs_its_certificate_files() {
-        let e = webhook(&[]).unwrap_err();
-        assert!(e.to_string().contains("--tls-cert-file"), "{e}");
+        let e = webhook(&[]).unwrap().check().unwrap_err();
+        assert!(
+            e.contains("--tls-cert-file") && e.contains("--tls-private-key-file"),
+            "{e}"
+        );
+        let e = webhook(&["--claim-repair-interval", "0s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--claim-repair-interval") && e.contains("greater than zero"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -710,7 +721,7 @@ mod tests {
             "{e}"
         );
         let r = run(&["--webhook=false"]).unwrap();
-        assert!(!r.webhook && r.tls_cert_file.is_none());
+        assert!(!r.webhook && r.webhook_server.tls_cert_file.is_none());
         assert_eq!(r.check(), Ok(()));
     }
 

@@ -49,6 +49,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Webhook(args) => {
+            if let Err(msg) = args.check() {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
+                    .exit();
+            }
             init_logging("info,kube=warn", args.log_format);
             match webhook_cmd::run(&args) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -131,26 +131,25 @@ impl RunOptions {
             list_page_size: 500,
         };
         let webhook = if args.webhook {
-            let (Some(cert), Some(key)) = (&args.tls_cert_file, &args.tls_private_key_file) else {
-                anyhow::bail!(
-                    "--tls-cert-file and --tls-private-key-file are required unless --webhook=false"
-                );
-            };
+            let w = &args.webhook_server;
+            let (cert, key) = w
+                .cert_files()
+                .map_err(|e| anyhow::anyhow!("{e} (or run with --webhook=false)"))?;
             Some(WebhookRun {
                 server: ServerConfig {
-                    bind_address: args.webhook_bind_address,
-                    cert_file: cert.clone(),
-                    key_file: key.clone(),
-                    request_timeout: args.webhook_request_timeout,
-                    reload_interval: args.tls_reload_interval,
+                    bind_address: w.webhook_bind_address,
+                    cert_file: cert,
+                    key_file: key,
+                    request_timeout: w.webhook_request_timeout,
+                    reload_interval: w.tls_reload_interval,
                     drain: WEBHOOK_DRAIN,
                 },
                 options: WebhookOptions {
                     allocator,
                     seed,
                     repair: RepairConfig {
-                        interval: args.claim_repair_interval,
-                        grace: args.claim_grace_period,
+                        interval: w.claim_repair_interval,
+                        grace: w.claim_grace_period,
                     },
                 },
             })

@@ -49,21 +49,22 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
             allocator,
             seed: kube_client::random_seed(),
             repair: RepairConfig {
-                interval: args.claim_repair_interval,
-                grace: args.claim_grace_period,
+                interval: args.server.claim_repair_interval,
+                grace: args.server.claim_grace_period,
             },
         },
         background.clone(),
     )
     .await
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
-    info!(bind = %args.webhook_bind_address, "serving the admission webhook");
+    let (cert_file, key_file) = args.server.cert_files().map_err(|e| anyhow::anyhow!(e))?;
+    info!(bind = %args.server.webhook_bind_address, "serving the admission webhook");
     let config = ServerConfig {
-        bind_address: args.webhook_bind_address,
-        cert_file: args.tls_cert_file.clone(),
-        key_file: args.tls_private_key_file.clone(),
-        request_timeout: args.webhook_request_timeout,
-        reload_interval: args.tls_reload_interval,
+        bind_address: args.server.webhook_bind_address,
+        cert_file,
+        key_file,
+        request_timeout: args.server.webhook_request_timeout,
+        reload_interval: args.server.tls_reload_interval,
         drain: DRAIN,
     };
     let result = serve(Arc::clone(&started.webhook), config, cancel.clone()).await;

@@ -197,3 +197,86 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &str) -> anyhow::Result<
     }
     child.wait_with_output().context("running kubectl")
 }
+
+/// svcplane's webhook as `svcplane webhook` runs it, in this process on a loopback
+/// port with rcgen certificates (CA in `certs.ca_pem`), ready when returned.
+#[derive(Debug)]
+pub struct LocalWebhook {
+    pub started: svcplane_webhook::shell::Started,
+    pub running: svcplane_webhook::server::Running,
+    pub certs: Certs,
+    pub cancel: tokio_util::sync::CancellationToken,
+    dir: std::path::PathBuf,
+}
+
+impl LocalWebhook {
+    /// Starts the webhook for `ranges` (ClusterIP CIDRs) and `node_ports`, claims
+    /// through `client`, certificates in a fresh temporary directory named after
+    /// `label`.
+    pub async fn start(
+        client: &Client,
+        ranges: &str,
+        node_ports: &str,
+        seed: u64,
+        label: &str,
+    ) -> anyhow::Result<Self> {
+        use svcplane_webhook::handler::AdmissionHandler;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let allocator = svcplane_allocator::AllocatorConfig::from_flags(ranges, node_ports)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let started = svcplane_webhook::shell::start(
+            client.clone(),
+            svcplane_webhook::shell::WebhookOptions {
+                allocator,
+                seed,
+                repair: svcplane_webhook::shell::repair::RepairConfig {
+                    interval: Duration::from_secs(3600),
+                    grace: Duration::from_secs(60),
+                },
+            },
+            cancel.clone(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let dir = std::env::temp_dir().join(format!("{label}-{}", std::process::id()));
+        let certs = certs(&dir, &["127.0.0.1"])?;
+        let running = svcplane_webhook::server::bind(
+            started.webhook.clone(),
+            svcplane_webhook::server::ServerConfig {
+                bind_address: "127.0.0.1:0".parse()?,
+                cert_file: certs.cert_file.clone(),
+                key_file: certs.key_file.clone(),
+                request_timeout: Duration::from_secs(4),
+                reload_interval: Duration::from_secs(30),
+                drain: Duration::from_secs(1),
+            },
+            cancel.clone(),
+        )
+        .await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !started.webhook.is_ready() {
+            anyhow::ensure!(Instant::now() < deadline, "webhook never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            started,
+            running,
+            certs,
+            cancel,
+            dir,
+        })
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.running.local_addr)
+    }
+
+    /// Stops the server (after its drain) and removes the certificates.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.running.wait().await;
+        let _ = std::fs::remove_dir_all(self.dir);
+    }
+}

@@ -26,15 +26,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
-use svcplane_allocator::{AllocatorConfig, Claim};
+use svcplane_allocator::Claim;
 use svcplane_tests::envtest::{self, Flavor};
-use svcplane_tests::webhook_env::{certs, kubectl};
+use svcplane_tests::webhook_env::{LocalWebhook, kubectl};
 use svcplane_webhook::claim::{AllocationClaim, claim_name};
-use svcplane_webhook::handler::AdmissionHandler;
-use svcplane_webhook::server::{ServerConfig, bind};
-use svcplane_webhook::shell::repair::RepairConfig;
-use svcplane_webhook::shell::{WebhookOptions, start};
-use tokio_util::sync::CancellationToken;
 
 /// svcplane's range is half of the API server's (10.96.0.0/16), so the API server
 /// accepts addresses svcplane refuses: that is how the webhook's verdict shows.
@@ -156,7 +151,6 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     }
 
     // 3. The chart's CRD and webhook configurations for real, svcplane behind them.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = cluster.client().await.unwrap();
     let docs = documents(&rendered.join("manifests.yaml"));
     let of_kind =
@@ -173,41 +167,10 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let cancel = CancellationToken::new();
-    let started = start(
-        client.clone(),
-        WebhookOptions {
-            allocator: AllocatorConfig::from_flags(WEBHOOK_RANGES, "30000-32767").unwrap(),
-            seed: 11,
-            repair: RepairConfig {
-                interval: Duration::from_secs(3600),
-                grace: Duration::from_secs(60),
-            },
-        },
-        cancel.clone(),
-    )
-    .await
-    .unwrap();
-    let dir = std::env::temp_dir().join(format!("svcplane-chart-{}", std::process::id()));
-    let certs = certs(&dir, &["127.0.0.1"]).unwrap();
-    let running = bind(
-        started.webhook.clone(),
-        ServerConfig {
-            bind_address: "127.0.0.1:0".parse().unwrap(),
-            cert_file: certs.cert_file.clone(),
-            key_file: certs.key_file.clone(),
-            request_timeout: Duration::from_secs(4),
-            reload_interval: Duration::from_secs(30),
-            drain: Duration::from_secs(1),
-        },
-        cancel.clone(),
-    )
-    .await
-    .unwrap();
-    while !started.webhook.is_ready() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ca = base64::engine::general_purpose::STANDARD.encode(certs.ca_pem.as_bytes());
+    let local = LocalWebhook::start(&client, WEBHOOK_RANGES, "30000-32767", 11, "svcplane-chart")
+        .await
+        .unwrap();
+    let ca = base64::engine::general_purpose::STANDARD.encode(local.certs.ca_pem.as_bytes());
     let mut configs = of_kind("MutatingWebhookConfiguration");
     configs.extend(of_kind("ValidatingWebhookConfiguration"));
     assert_eq!(configs.len(), 2);
@@ -218,7 +181,7 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
                 .unwrap()
                 .to_owned();
             w["clientConfig"] =
-                json!({"url": format!("https://{}{path}", running.local_addr), "caBundle": ca});
+                json!({"url": format!("{}{path}", local.base_url()), "caBundle": ca});
         }
     }
     kubectl_ok(
@@ -311,7 +274,5 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         .delete("chart-excluded", &DeleteParams::default())
         .await;
     envtest::delete_namespace(&client, &ns).await;
-    cancel.cancel();
-    let _ = running.wait().await;
-    let _ = std::fs::remove_dir_all(dir);
+    local.stop().await;
 }

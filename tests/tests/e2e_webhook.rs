@@ -23,15 +23,10 @@ use serde_json::json;
 use svcplane_allocator::{AllocatorConfig, Claim};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::webhook_env::{
-    MUTATE_WEBHOOK, SKIP_MUTATE_LABEL, VALIDATE_WEBHOOK, certs, install_claim_crd, kubectl,
+    LocalWebhook, MUTATE_WEBHOOK, SKIP_MUTATE_LABEL, VALIDATE_WEBHOOK, install_claim_crd, kubectl,
     register_webhooks,
 };
 use svcplane_webhook::claim::{AllocationClaim, claim_name};
-use svcplane_webhook::handler::AdmissionHandler;
-use svcplane_webhook::server::{ServerConfig, bind};
-use svcplane_webhook::shell::repair::RepairConfig;
-use svcplane_webhook::shell::{WebhookOptions, start};
-use tokio_util::sync::CancellationToken;
 
 const WEBHOOK_RANGES: &str = "10.96.0.0/17,fd00:10:96::/112";
 const NODE_PORTS: &str = "30000-32767";
@@ -66,50 +61,17 @@ async fn the_webhook_assigns_and_refuses_through_a_real_api_server() -> anyhow::
     let ns = envtest::create_namespace(&client, "svcplane-e2e-webhook-").await?;
 
     // The webhook, as `svcplane webhook` runs it.
-    let cancel = CancellationToken::new();
     let allocator = AllocatorConfig::from_flags(WEBHOOK_RANGES, NODE_PORTS)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let started = start(
-        client.clone(),
-        WebhookOptions {
-            allocator: allocator.clone(),
-            seed: 7,
-            repair: RepairConfig {
-                interval: Duration::from_secs(3600),
-                grace: Duration::from_secs(60),
-            },
-        },
-        cancel.clone(),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = std::env::temp_dir().join(format!("svcplane-e2e-webhook-{}", std::process::id()));
-    let certs = certs(&dir, &["127.0.0.1"])?;
-    let running = bind(
-        started.webhook.clone(),
-        ServerConfig {
-            bind_address: "127.0.0.1:0".parse()?,
-            cert_file: certs.cert_file.clone(),
-            key_file: certs.key_file.clone(),
-            request_timeout: Duration::from_secs(4),
-            reload_interval: Duration::from_secs(30),
-            drain: Duration::from_secs(1),
-        },
-        cancel.clone(),
-    )
-    .await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !started.webhook.is_ready() {
-        anyhow::ensure!(Instant::now() < deadline, "webhook never became ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    register_webhooks(
+    let local = LocalWebhook::start(
         &client,
-        &ns,
-        &format!("https://{}", running.local_addr),
-        &certs.ca_pem,
+        WEBHOOK_RANGES,
+        NODE_PORTS,
+        7,
+        "svcplane-e2e-webhook",
     )
     .await?;
+    register_webhooks(&client, &ns, &local.base_url(), &local.certs.ca_pem).await?;
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let claims: Api<AllocationClaim> = Api::all(client.clone());
 
@@ -325,8 +287,7 @@ async fn the_webhook_assigns_and_refuses_through_a_real_api_server() -> anyhow::
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(&name, &DeleteParams::default())
         .await?;
-    cancel.cancel();
     envtest::delete_namespace(&client, &ns).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    local.stop().await;
     Ok(())
 }

@@ -23,7 +23,7 @@ use super::controllers::dispatch::Dispatch;
 use super::controllers::endpoints::{self as ep, EndpointsController};
 use super::controllers::endpointslice::{self as es, EndpointSliceController};
 use super::controllers::mirroring::{self as mirror, MirroringController};
-use super::controllers::{allocator_repair, worker};
+use super::controllers::{Parts, allocator_repair, worker};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::queue::{RateLimit, WorkQueue};
@@ -128,35 +128,29 @@ impl Controllers {
         );
         let writer = Writer::new(client.clone(), metrics.clone());
         let on = options.enabled;
-        let queue = |limit| Arc::new(WorkQueue::new(limit, stop.clone()));
+        let parts = |limit| Parts {
+            cache: cache.clone(),
+            queue: Arc::new(WorkQueue::new(limit, stop.clone())),
+            writer: writer.clone(),
+            events: events.clone(),
+            metrics: metrics.clone(),
+        };
 
         let endpoint_slice = on.endpoint_slice.then(|| {
             Arc::new(EndpointSliceController::new(
-                cache.clone(),
-                queue(RateLimit::ENDPOINT_SLICE),
-                writer.clone(),
-                events.clone(),
-                metrics.clone(),
+                parts(RateLimit::ENDPOINT_SLICE),
                 options.endpoint_slice,
             ))
         });
         let endpoints = on.endpoints.then(|| {
             Arc::new(EndpointsController::new(
-                cache.clone(),
-                queue(RateLimit::ENDPOINTS),
-                writer.clone(),
-                events.clone(),
-                metrics.clone(),
+                parts(RateLimit::ENDPOINTS),
                 options.endpoints,
             ))
         });
         let mirroring = on.mirroring.then(|| {
             Arc::new(MirroringController::new(
-                cache.clone(),
-                queue(RateLimit::MIRRORING),
-                writer.clone(),
-                events.clone(),
-                metrics.clone(),
+                parts(RateLimit::MIRRORING),
                 options.mirroring,
             ))
         });

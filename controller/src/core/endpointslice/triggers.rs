@@ -7,7 +7,6 @@
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::CONTROLLER_NAME;
 use super::tracker::SliceTracker;
 use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_ZONE};
 use crate::core::pod::{self, PodView};
@@ -94,13 +93,16 @@ pub fn services_for_pod_update<A: PodView, B: PodView>(
     out
 }
 
-fn managed_by_us(slice: &EndpointSlice) -> bool {
+/// Whether `slice` is managed by `manager` (this controller's
+/// [`CONTROLLER_NAME`], or the mirroring controller's, which follows the same
+/// slice-event rules).
+fn managed_by(slice: &EndpointSlice, manager: &str) -> bool {
     slice
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(LABEL_MANAGED_BY))
-        .is_some_and(|v| v == CONTROLLER_NAME)
+        .is_some_and(|v| v == manager)
 }
 
 /// The owning Service key of a slice (`<namespace>/<service-name label>`),
@@ -114,10 +116,15 @@ pub fn slice_service_key(slice: &EndpointSlice) -> Option<String> {
     ))
 }
 
-/// Services to queue (after `max(1s, batch period)`) for a slice add.
-pub fn services_for_slice_add(slice: &EndpointSlice, tracker: &SliceTracker) -> Vec<String> {
+/// Services to queue (after `max(1s, batch period)`) for a slice add;
+/// `manager` is the managed-by value of the controller asking.
+pub fn services_for_slice_add(
+    slice: &EndpointSlice,
+    tracker: &SliceTracker,
+    manager: &str,
+) -> Vec<String> {
     match slice_service_key(slice) {
-        Some(key) if managed_by_us(slice) && tracker.should_sync(&key, slice) => vec![key],
+        Some(key) if managed_by(slice, manager) && tracker.should_sync(&key, slice) => vec![key],
         _ => Vec::new(),
     }
 }
@@ -129,6 +136,7 @@ pub fn services_for_slice_update(
     old: &EndpointSlice,
     new: &EndpointSlice,
     tracker: &SliceTracker,
+    manager: &str,
 ) -> Vec<String> {
     let (old_key, new_key) = (slice_service_key(old), slice_service_key(new));
     if old_key != new_key {
@@ -137,8 +145,8 @@ pub fn services_for_slice_update(
     let Some(key) = new_key else {
         return Vec::new();
     };
-    let moved = managed_by_us(old) != managed_by_us(new);
-    if moved || (managed_by_us(new) && tracker.should_sync(&key, new)) {
+    let moved = managed_by(old, manager) != managed_by(new, manager);
+    if moved || (managed_by(new, manager) && tracker.should_sync(&key, new)) {
         vec![key]
     } else {
         Vec::new()
@@ -147,11 +155,15 @@ pub fn services_for_slice_update(
 
 /// Services to queue for a slice delete: ours, tracked, and not a deletion
 /// we made ourselves. Consumes the tracker's expectation.
-pub fn services_for_slice_delete(slice: &EndpointSlice, tracker: &mut SliceTracker) -> Vec<String> {
+pub fn services_for_slice_delete(
+    slice: &EndpointSlice,
+    tracker: &mut SliceTracker,
+    manager: &str,
+) -> Vec<String> {
     let (Some(key), Some(uid)) = (slice_service_key(slice), slice.metadata.uid.as_deref()) else {
         return Vec::new();
     };
-    if !managed_by_us(slice) || !tracker.is_tracked(&key, uid) {
+    if !managed_by(slice, manager) || !tracker.is_tracked(&key, uid) {
         return Vec::new();
     }
     if tracker.observe_deleted(&key, uid) {
@@ -184,6 +196,7 @@ pub fn node_update_affects_topology(old: &Node, new: &Node) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::CONTROLLER_NAME;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -291,17 +304,20 @@ mod tests {
     fn rule_2_1_slice_events_respect_the_tracker() {
         let mut tracker = SliceTracker::default();
         let slice = our_slice("web");
-        assert_eq!(services_for_slice_add(&slice, &tracker), ["default/web"]);
+        assert_eq!(
+            services_for_slice_add(&slice, &tracker, CONTROLLER_NAME),
+            ["default/web"]
+        );
         tracker.record_written("default/web", &slice);
-        assert!(services_for_slice_add(&slice, &tracker).is_empty());
-        assert!(services_for_slice_update(&slice, &slice, &tracker).is_empty());
+        assert!(services_for_slice_add(&slice, &tracker, CONTROLLER_NAME).is_empty());
+        assert!(services_for_slice_update(&slice, &slice, &tracker, CONTROLLER_NAME).is_empty());
         let mut foreign = slice.clone();
         if let Some(l) = foreign.metadata.labels.as_mut() {
             l.insert(LABEL_MANAGED_BY.into(), "other".into());
         }
-        assert!(services_for_slice_add(&foreign, &tracker).is_empty());
+        assert!(services_for_slice_add(&foreign, &tracker, CONTROLLER_NAME).is_empty());
         assert_eq!(
-            services_for_slice_update(&slice, &foreign, &tracker),
+            services_for_slice_update(&slice, &foreign, &tracker, CONTROLLER_NAME),
             ["default/web"]
         );
     }
@@ -310,7 +326,7 @@ mod tests {
     fn rule_2_1_slice_moved_between_services_queues_both() {
         let tracker = SliceTracker::default();
         assert_eq!(
-            services_for_slice_update(&our_slice("a"), &our_slice("b"), &tracker),
+            services_for_slice_update(&our_slice("a"), &our_slice("b"), &tracker, CONTROLLER_NAME),
             ["default/a", "default/b"]
         );
     }
@@ -320,14 +336,14 @@ mod tests {
         let mut tracker = SliceTracker::default();
         let slice = our_slice("web");
         assert!(
-            services_for_slice_delete(&slice, &mut tracker).is_empty(),
+            services_for_slice_delete(&slice, &mut tracker, CONTROLLER_NAME).is_empty(),
             "untracked"
         );
         tracker.record_deleted("default/web", "uid-slice-s1");
-        assert!(services_for_slice_delete(&slice, &mut tracker).is_empty());
+        assert!(services_for_slice_delete(&slice, &mut tracker, CONTROLLER_NAME).is_empty());
         tracker.record_written("default/web", &slice);
         assert_eq!(
-            services_for_slice_delete(&slice, &mut tracker),
+            services_for_slice_delete(&slice, &mut tracker, CONTROLLER_NAME),
             ["default/web"]
         );
     }

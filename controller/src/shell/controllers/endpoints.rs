@@ -3,22 +3,21 @@
 //! (resourceVersion precondition) or deleted when its Service is gone, never based on
 //! a cached object the controller has already replaced.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use tracing::debug;
 
-use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
 use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
 use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
 use crate::core::event::PlannedEvent;
 use crate::core::label_syntax::selector_errors;
 use crate::core::trigger_time::TriggerTimeTracker;
-use crate::shell::apply::{WriteError, WriteErrorKind, Writer};
-use crate::shell::cache::{Cache, Store};
-use crate::shell::events::{EventRecord, EventRecorder, object_reference};
-use crate::shell::metrics::Metrics;
+use crate::shell::apply::{WriteError, WriteErrorKind};
+use crate::shell::cache::Store;
+use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
 
@@ -44,45 +43,30 @@ struct State {
 /// The controller.
 #[derive(Debug)]
 pub struct EndpointsController {
-    cache: Arc<Cache>,
-    queue: Arc<WorkQueue<String>>,
-    writer: Writer,
-    events: EventRecorder,
-    metrics: Metrics,
+    parts: Parts,
     config: Config,
     state: Mutex<State>,
 }
 
 impl EndpointsController {
-    pub fn new(
-        cache: Arc<Cache>,
-        queue: Arc<WorkQueue<String>>,
-        writer: Writer,
-        events: EventRecorder,
-        metrics: Metrics,
-        config: Config,
-    ) -> Self {
+    pub fn new(parts: Parts, config: Config) -> Self {
         Self {
-            cache,
-            queue,
-            writer,
-            events,
-            metrics,
+            parts,
             config,
             state: Mutex::new(State::default()),
         }
     }
 
     pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.queue
+        &self.parts.queue
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn add(&self, key: String) {
-        enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+        enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
     }
 
     // --- event handlers (§4.1) ----------------------------------------------------
@@ -99,8 +83,8 @@ impl EndpointsController {
     pub fn on_pod_keys(&self, keys: Vec<String>) {
         for key in keys {
             enqueue_after(
-                &self.queue,
-                &self.metrics,
+                &self.parts.queue,
+                &self.parts.metrics,
                 Self::QUEUE,
                 key,
                 self.config.batch_period,
@@ -123,7 +107,7 @@ impl EndpointsController {
     /// Once the caches are synced: every Endpoints object but leader-election
     /// records, so leftovers of Services deleted while nobody watched are removed.
     pub fn queue_startup_keys(&self) {
-        let endpoints = self.cache.endpoints.read().all();
+        let endpoints = self.parts.cache.endpoints.read().all();
         for key in startup_keys(endpoints.iter().map(Arc::as_ref)) {
             self.add(key);
         }
@@ -139,7 +123,7 @@ impl EndpointsController {
         reason: &'static str,
         message: String,
     ) {
-        self.events.record(EventRecord::from_planned(
+        self.parts.events.record(EventRecord::from_planned(
             object_reference("v1", "Endpoints", namespace, name, uid),
             COMPONENT,
             "Reconcile",
@@ -149,8 +133,8 @@ impl EndpointsController {
 
     async fn sync_key(&self, key: &str) -> Result<(), SyncError> {
         let (namespace, name) = split_key(key);
-        let service = self.cache.services.read().get(namespace, name);
-        let existing = self.cache.endpoints.read().get(namespace, name);
+        let service = self.parts.cache.services.read().get(namespace, name);
+        let existing = self.parts.cache.endpoints.read().get(namespace, name);
         if let Some(e) = &existing
             && self.state().stale.is_stale(key, e)
         {
@@ -164,7 +148,7 @@ impl EndpointsController {
             // Reported by the EndpointSlice controller's event; nothing can match.
             return Ok(());
         }
-        let pods = self.cache.pods.read().selected(namespace, selector);
+        let pods = self.parts.cache.pods.read().selected(namespace, selector);
         let plan = {
             let mut st = self.state();
             let trigger_time = match &service {
@@ -194,7 +178,7 @@ impl EndpointsController {
         for write in plan.writes {
             match write {
                 EndpointsWrite::Create(obj) => {
-                    match self.writer.create(RESOURCE, namespace, &obj).await {
+                    match self.parts.writer.create(RESOURCE, namespace, &obj).await {
                         Ok(_) => {}
                         Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => return Ok(()),
                         Err(e) => {
@@ -211,7 +195,7 @@ impl EndpointsController {
                 }
                 EndpointsWrite::Update(obj) => {
                     let old_rv = obj.metadata.resource_version.clone();
-                    match self.writer.replace(RESOURCE, namespace, &obj).await {
+                    match self.parts.writer.replace(RESOURCE, namespace, &obj).await {
                         Ok(stored) => self.state().stale.record_update(
                             key,
                             old_rv.as_deref(),
@@ -224,7 +208,8 @@ impl EndpointsController {
                     }
                 }
                 EndpointsWrite::Delete(r) => {
-                    self.writer
+                    self.parts
+                        .writer
                         .delete::<Endpoints>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
                         .await?;
                 }
@@ -261,14 +246,9 @@ mod tests {
 
     #[tokio::test]
     async fn rule_4_7_no_sync_while_the_cache_shows_the_version_we_replaced() {
-        let p = parts();
-        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINTS, p.stop.clone()));
+        let p = parts(RateLimit::ENDPOINTS);
         let c = EndpointsController::new(
-            p.cache.clone(),
-            queue,
-            p.writer.clone(),
-            p.events.clone(),
-            p.metrics.clone(),
+            p.clone(),
             Config {
                 batch_period: Duration::ZERO,
             },

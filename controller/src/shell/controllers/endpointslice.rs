@@ -4,7 +4,7 @@
 //! and keep the tracker, the trigger times, the topology cache and the metrics.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
@@ -12,22 +12,23 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
 use crate::core::cached_pod::CachedPod;
 use crate::core::endpointslice::tracker::SliceTracker;
 use crate::core::endpointslice::triggers;
 use crate::core::endpointslice::{
-    AddressTypePass, Inputs, Outcome, SliceRef, is_managed_slice_of, reconcile_with_hints,
+    AddressTypePass, CONTROLLER_NAME, Inputs, Outcome, SliceRef, is_managed_slice_of,
+    reconcile_with_hints,
 };
 use crate::core::event::PlannedEvent;
 use crate::core::label_syntax::selector_errors;
 use crate::core::topology::{HintsMode, TopologyPolicy, hints_enabled};
 use crate::core::trigger_time::TriggerTimeTracker;
-use crate::shell::apply::{WriteError, WriteErrorKind, Writer};
-use crate::shell::cache::{Cache, Store};
-use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use crate::shell::apply::{WriteError, WriteErrorKind};
+use crate::shell::cache::Store;
+use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::metrics::{
-    ChangedPerSyncLabels, Metrics, OperationLabels, ResultLabels, TrafficDistributionLabels,
+    ChangedPerSyncLabels, OperationLabels, ResultLabels, TrafficDistributionLabels,
 };
 use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
@@ -69,11 +70,7 @@ struct State {
 /// The controller.
 #[derive(Debug)]
 pub struct EndpointSliceController {
-    cache: Arc<Cache>,
-    queue: Arc<WorkQueue<String>>,
-    writer: Writer,
-    events: EventRecorder,
-    metrics: Metrics,
+    parts: Parts,
     config: Config,
     state: Mutex<State>,
     /// Wakes the topology task (Node changes are coalesced into one recomputation).
@@ -81,20 +78,9 @@ pub struct EndpointSliceController {
 }
 
 impl EndpointSliceController {
-    pub fn new(
-        cache: Arc<Cache>,
-        queue: Arc<WorkQueue<String>>,
-        writer: Writer,
-        events: EventRecorder,
-        metrics: Metrics,
-        config: Config,
-    ) -> Self {
+    pub fn new(parts: Parts, config: Config) -> Self {
         Self {
-            cache,
-            queue,
-            writer,
-            events,
-            metrics,
+            parts,
             config,
             state: Mutex::new(State::default()),
             topology_dirty: Notify::new(),
@@ -102,21 +88,25 @@ impl EndpointSliceController {
     }
 
     pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.queue
+        &self.parts.queue
     }
 
-    /// The state is only touched between awaits (never across one); a poisoned lock
-    /// still holds complete tracker entries.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn add(&self, key: String) {
-        enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+        enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
     }
 
     fn add_after(&self, key: String, delay: Duration) {
-        enqueue_after(&self.queue, &self.metrics, Self::QUEUE, key, delay);
+        enqueue_after(
+            &self.parts.queue,
+            &self.parts.metrics,
+            Self::QUEUE,
+            key,
+            delay,
+        );
     }
 
     // --- event handlers (§2.1) --------------------------------------------------
@@ -136,11 +126,15 @@ impl EndpointSliceController {
         let keys = {
             let mut st = self.state();
             match change {
-                Change::Added(s) => triggers::services_for_slice_add(s, &st.tracker),
-                Change::Updated { old, new } => {
-                    triggers::services_for_slice_update(old, new, &st.tracker)
+                Change::Added(s) => {
+                    triggers::services_for_slice_add(s, &st.tracker, CONTROLLER_NAME)
                 }
-                Change::Deleted(s) => triggers::services_for_slice_delete(s, &mut st.tracker),
+                Change::Updated { old, new } => {
+                    triggers::services_for_slice_update(old, new, &st.tracker, CONTROLLER_NAME)
+                }
+                Change::Deleted(s) => {
+                    triggers::services_for_slice_delete(s, &mut st.tracker, CONTROLLER_NAME)
+                }
             }
         };
         let delay = self.config.batch_period.max(MIN_SLICE_EVENT_DELAY);
@@ -163,7 +157,7 @@ impl EndpointSliceController {
     /// from the cached Nodes and queue the Services whose hints they overload.
     pub fn refresh_topology(&self) {
         let keys = {
-            let nodes = self.cache.nodes.read();
+            let nodes = self.parts.cache.nodes.read();
             self.state()
                 .topology
                 .set_nodes(nodes.iter().map(Arc::as_ref))
@@ -203,7 +197,8 @@ impl EndpointSliceController {
     }
 
     fn td_gauge(&self, td: &'static str) -> prometheus_client::metrics::gauge::Gauge {
-        self.metrics
+        self.parts
+            .metrics
             .endpoint_slice()
             .services_count_by_traffic_distribution
             .get_or_create(&TrafficDistributionLabels {
@@ -213,7 +208,7 @@ impl EndpointSliceController {
     }
 
     fn add_figures(&self, new: Figures, old: Figures) {
-        let m = self.metrics.endpoint_slice();
+        let m = self.parts.metrics.endpoint_slice();
         m.endpoints_desired.inc_by(new.desired - old.desired);
         m.num_endpoint_slices.inc_by(new.slices - old.slices);
         m.desired_endpoint_slices
@@ -259,7 +254,7 @@ impl EndpointSliceController {
 
     fn event(&self, service: &Service, action: &'static str, planned: &PlannedEvent) {
         let m = &service.metadata;
-        self.events.record(EventRecord::from_planned(
+        self.parts.events.record(EventRecord::from_planned(
             object_reference(
                 "v1",
                 "Service",
@@ -274,7 +269,8 @@ impl EndpointSliceController {
     }
 
     fn count_sync(&self, result: &'static str) {
-        self.metrics
+        self.parts
+            .metrics
             .endpoint_slice()
             .syncs
             .get_or_create(&ResultLabels { result })
@@ -282,7 +278,8 @@ impl EndpointSliceController {
     }
 
     fn count_change(&self, operation: &'static str) {
-        self.metrics
+        self.parts
+            .metrics
             .endpoint_slice()
             .changes
             .get_or_create(&OperationLabels { operation })
@@ -301,7 +298,7 @@ impl EndpointSliceController {
     ) -> Result<usize, WriteError> {
         let mut written = 0;
         for slice in creates {
-            match self.writer.create(RESOURCE, namespace, slice).await {
+            match self.parts.writer.create(RESOURCE, namespace, slice).await {
                 Ok(stored) => {
                     self.state().tracker.record_written(key, &stored);
                     self.count_change("create");
@@ -315,13 +312,18 @@ impl EndpointSliceController {
             }
         }
         for slice in updates {
-            let stored = self.writer.replace(RESOURCE, namespace, slice).await?;
+            let stored = self
+                .parts
+                .writer
+                .replace(RESOURCE, namespace, slice)
+                .await?;
             self.state().tracker.record_written(key, &stored);
             self.count_change("update");
             written += 1;
         }
         for r in deletes {
-            self.writer
+            self.parts
+                .writer
                 .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
                 .await?;
             if let Some(uid) = &r.uid {
@@ -335,7 +337,7 @@ impl EndpointSliceController {
 
     async fn sync_service(&self, key: &str) -> Result<(), SyncError> {
         let (namespace, name) = split_key(key);
-        let Some(service) = self.cache.services.read().get(namespace, name) else {
+        let Some(service) = self.parts.cache.services.read().get(namespace, name) else {
             self.forget(key);
             return Ok(());
         };
@@ -356,8 +358,8 @@ impl EndpointSliceController {
                 return Ok(());
             }
         }
-        let pods: Vec<Arc<CachedPod>> = self.cache.pods.read().selected(namespace, selector);
-        let slices = self.cache.slices.read().of_service(namespace, name);
+        let pods: Vec<Arc<CachedPod>> = self.parts.cache.pods.read().selected(namespace, selector);
+        let slices = self.parts.cache.slices.read().of_service(namespace, name);
         let plan = {
             let mut st = self.state();
             let managed: Vec<&EndpointSlice> = slices
@@ -371,7 +373,7 @@ impl EndpointSliceController {
                 return Err(SyncError::Stale("EndpointSlice"));
             }
             let trigger_time = st.trigger_times.compute(&service, &pods);
-            let nodes = self.cache.nodes.read();
+            let nodes = self.parts.cache.nodes.read();
             let inputs = Inputs {
                 service: &service,
                 pods: &pods,
@@ -401,7 +403,7 @@ impl EndpointSliceController {
         self.record_traffic_distribution(key, &service);
         let mut failure: Option<WriteError> = None;
         for pass in &plan.passes {
-            let es = self.metrics.endpoint_slice();
+            let es = self.parts.metrics.endpoint_slice();
             es.endpoints_added_per_sync
                 .observe(pass.stats.endpoints_added as f64);
             es.endpoints_removed_per_sync
@@ -471,21 +473,20 @@ mod tests {
     use crate::shell::controllers::test_support::{parts, write_attempts};
     use crate::shell::queue::RateLimit;
 
-    #[tokio::test]
-    async fn rule_2_10_no_sync_from_a_cache_older_than_our_last_write() {
-        let p = parts();
-        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
-        let c = EndpointSliceController::new(
-            p.cache.clone(),
-            queue,
-            p.writer.clone(),
-            p.events.clone(),
-            p.metrics.clone(),
+    fn controller(p: &Parts) -> EndpointSliceController {
+        EndpointSliceController::new(
+            p.clone(),
             Config {
                 max_endpoints_per_slice: 100,
                 batch_period: Duration::ZERO,
             },
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn rule_2_10_no_sync_from_a_cache_older_than_our_last_write() {
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let c = controller(&p);
         let service = svc("web").port("http", 80, 8080).build();
         let web0 = pod("web-0", "web").ip("10.0.0.1").ready().build();
         let nodes = crate::core::fixtures::nodes(&[node("node-a", Some("z"))]);
@@ -533,19 +534,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_write_is_a_sync_error_with_an_event() {
-        let p = parts();
-        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
-        let c = EndpointSliceController::new(
-            p.cache.clone(),
-            queue,
-            p.writer.clone(),
-            p.events.clone(),
-            p.metrics.clone(),
-            Config {
-                max_endpoints_per_slice: 100,
-                batch_period: Duration::ZERO,
-            },
-        );
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let c = controller(&p);
         p.cache
             .services
             .write()

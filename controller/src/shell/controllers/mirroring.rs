@@ -3,7 +3,7 @@
 //! guard as the EndpointSlice controller (§2.10) over the slices it mirrors.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -11,18 +11,17 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::{SyncError, Syncer, enqueue, enqueue_after, split_key};
+use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
 use crate::core::endpointslice::SliceWrite;
 use crate::core::endpointslice::tracker::SliceTracker;
-use crate::core::endpointslice::triggers::slice_service_key;
-use crate::core::keys::LABEL_MANAGED_BY;
+use crate::core::endpointslice::triggers;
 use crate::core::mirroring::{
     self as core_mirroring, CONTROLLER_NAME, MirrorStats, is_mirrored_slice_of, should_mirror,
 };
-use crate::shell::apply::{WriteErrorKind, Writer};
-use crate::shell::cache::{Cache, Store};
-use crate::shell::events::{EventRecord, EventRecorder, object_reference};
-use crate::shell::metrics::{Metrics, OperationLabels};
+use crate::shell::apply::WriteErrorKind;
+use crate::shell::cache::Store;
+use crate::shell::events::{EventRecord, object_reference};
+use crate::shell::metrics::OperationLabels;
 use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
 
@@ -50,15 +49,6 @@ struct Figures {
 struct State {
     tracker: SliceTracker,
     figures: HashMap<String, Figures>,
-}
-
-fn managed_by_mirroring(slice: &EndpointSlice) -> bool {
-    slice
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_MANAGED_BY))
-        .is_some_and(|v| v == CONTROLLER_NAME)
 }
 
 fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -97,92 +87,51 @@ pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
     queue.then(|| key_of(&change.latest().metadata))
 }
 
-/// Keys a slice change queues, with the tracker rules of §2.1 applied to mirrored
-/// slices.
+/// Keys a slice change queues: the tracker rules of §2.1, applied to mirrored slices.
 pub fn keys_for_slice(change: &Change<EndpointSlice>, tracker: &mut SliceTracker) -> Vec<String> {
     match change {
-        Change::Added(s) => match slice_service_key(s) {
-            Some(k) if managed_by_mirroring(s) && tracker.should_sync(&k, s) => vec![k],
-            _ => Vec::new(),
-        },
+        Change::Added(s) => triggers::services_for_slice_add(s, tracker, CONTROLLER_NAME),
         Change::Updated { old, new } => {
-            let (ok, nk) = (slice_service_key(old), slice_service_key(new));
-            if ok != nk {
-                return ok.into_iter().chain(nk).collect();
-            }
-            let Some(k) = nk else { return Vec::new() };
-            let moved = managed_by_mirroring(old) != managed_by_mirroring(new);
-            if moved || (managed_by_mirroring(new) && tracker.should_sync(&k, new)) {
-                vec![k]
-            } else {
-                Vec::new()
-            }
+            triggers::services_for_slice_update(old, new, tracker, CONTROLLER_NAME)
         }
-        Change::Deleted(s) => {
-            let (Some(k), Some(uid)) = (slice_service_key(s), s.metadata.uid.as_deref()) else {
-                return Vec::new();
-            };
-            if !managed_by_mirroring(s)
-                || !tracker.is_tracked(&k, uid)
-                || tracker.observe_deleted(&k, uid)
-            {
-                Vec::new()
-            } else {
-                vec![k]
-            }
-        }
+        Change::Deleted(s) => triggers::services_for_slice_delete(s, tracker, CONTROLLER_NAME),
     }
 }
 
 /// The controller.
 #[derive(Debug)]
 pub struct MirroringController {
-    cache: Arc<Cache>,
-    queue: Arc<WorkQueue<String>>,
-    writer: Writer,
-    events: EventRecorder,
-    metrics: Metrics,
+    parts: Parts,
     config: Config,
     state: Mutex<State>,
 }
 
 impl MirroringController {
-    pub fn new(
-        cache: Arc<Cache>,
-        queue: Arc<WorkQueue<String>>,
-        writer: Writer,
-        events: EventRecorder,
-        metrics: Metrics,
-        config: Config,
-    ) -> Self {
+    pub fn new(parts: Parts, config: Config) -> Self {
         Self {
-            cache,
-            queue,
-            writer,
-            events,
-            metrics,
+            parts,
             config,
             state: Mutex::new(State::default()),
         }
     }
 
     pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.queue
+        &self.parts.queue
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     pub fn on_service(&self, change: &Change<Service>) {
         if let Some(key) = keys_for_service(change) {
-            enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+            enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
         }
     }
 
     pub fn on_endpoints(&self, change: &Change<Endpoints>) {
         if let Some(key) = keys_for_endpoints(change) {
-            enqueue(&self.queue, &self.metrics, Self::QUEUE, key);
+            enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
         }
     }
 
@@ -190,8 +139,8 @@ impl MirroringController {
         let keys = keys_for_slice(change, &mut self.state().tracker);
         for key in keys {
             enqueue_after(
-                &self.queue,
-                &self.metrics,
+                &self.parts.queue,
+                &self.parts.metrics,
                 Self::QUEUE,
                 key,
                 self.config.batch_period,
@@ -217,7 +166,7 @@ impl MirroringController {
         }
         .unwrap_or_default();
         let new = if forget { Figures::default() } else { new };
-        let m = self.metrics.mirroring();
+        let m = self.parts.metrics.mirroring();
         m.endpoints_desired.inc_by(new.desired - old.desired);
         m.num_endpoint_slices.inc_by(new.slices - old.slices);
         m.desired_endpoint_slices
@@ -225,7 +174,8 @@ impl MirroringController {
     }
 
     fn count_change(&self, operation: &'static str) {
-        self.metrics
+        self.parts
+            .metrics
             .mirroring()
             .changes
             .get_or_create(&OperationLabels { operation })
@@ -235,9 +185,9 @@ impl MirroringController {
     async fn sync_key(&self, key: &str) -> Result<(), SyncError> {
         let start = Instant::now();
         let (namespace, name) = split_key(key);
-        let endpoints = self.cache.endpoints.read().get(namespace, name);
-        let service = self.cache.services.read().get(namespace, name);
-        let slices = self.cache.slices.read().of_service(namespace, name);
+        let endpoints = self.parts.cache.endpoints.read().get(namespace, name);
+        let service = self.parts.cache.services.read().get(namespace, name);
+        let slices = self.parts.cache.slices.read().of_service(namespace, name);
         let plan = {
             let st = self.state();
             let mirrored: Vec<&EndpointSlice> = slices
@@ -258,7 +208,7 @@ impl MirroringController {
                 max_endpoints_per_subset: self.config.max_endpoints_per_subset,
             })
         };
-        let m = self.metrics.mirroring();
+        let m = self.parts.metrics.mirroring();
         m.endpoints_added_per_sync
             .observe(plan.stats.endpoints_added as f64);
         m.endpoints_updated_per_sync
@@ -269,7 +219,7 @@ impl MirroringController {
             .observe(plan.stats.addresses_skipped as f64);
         if let Some(e) = &endpoints {
             for planned in &plan.events {
-                self.events.record(EventRecord::from_planned(
+                self.parts.events.record(EventRecord::from_planned(
                     object_reference(
                         "v1",
                         "Endpoints",
@@ -291,7 +241,7 @@ impl MirroringController {
         for write in plan.writes() {
             let outcome = match write {
                 SliceWrite::Create(slice) => {
-                    match self.writer.create(RESOURCE, namespace, &slice).await {
+                    match self.parts.writer.create(RESOURCE, namespace, &slice).await {
                         Ok(stored) => {
                             self.state().tracker.record_written(key, &stored);
                             self.count_change("create");
@@ -305,6 +255,7 @@ impl MirroringController {
                     }
                 }
                 SliceWrite::Update(slice) => self
+                    .parts
                     .writer
                     .replace(RESOURCE, namespace, &slice)
                     .await
@@ -313,6 +264,7 @@ impl MirroringController {
                         self.count_change("update");
                     }),
                 SliceWrite::Delete(r) => self
+                    .parts
                     .writer
                     .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
                     .await
@@ -352,7 +304,7 @@ impl Syncer for MirroringController {
 mod tests {
     use super::*;
     use crate::core::fixtures::{as_stored, endpoints, svc};
-    use crate::core::keys::{LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR};
+    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR};
     use std::collections::BTreeMap;
 
     #[test]

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::apply::WriteError;
+use super::apply::{WriteError, Writer};
+use super::cache::Cache;
+use super::events::EventRecorder;
 use super::metrics::{Metrics, QueueLabels};
 use super::queue::WorkQueue;
 
@@ -117,6 +119,23 @@ pub async fn worker<S: Syncer>(syncer: Arc<S>, queue: Arc<WorkQueue<String>>, me
     }
 }
 
+/// What every controller holds: the cache it reads, its queue, and its ways out
+/// (API writes, events, metrics).
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub cache: Arc<Cache>,
+    pub queue: Arc<WorkQueue<String>>,
+    pub writer: Writer,
+    pub events: EventRecorder,
+    pub metrics: Metrics,
+}
+
+/// Locks a controller's state. It is only touched between awaits, never across one,
+/// and a poisoned lock still holds complete entries (every update is one map write).
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Queues `key` now and counts the add.
 pub fn enqueue(queue: &WorkQueue<String>, metrics: &Metrics, name: &'static str, key: String) {
     metrics
@@ -154,10 +173,12 @@ pub(crate) mod test_support {
     use kube::client::Body;
     use tokio_util::sync::CancellationToken;
 
+    use super::Parts;
     use crate::shell::apply::Writer;
     use crate::shell::cache::Cache;
     use crate::shell::events::EventRecorder;
     use crate::shell::metrics::Metrics;
+    use crate::shell::queue::{RateLimit, WorkQueue};
 
     pub fn offline_client() -> kube::Client {
         let svc = tower::service_fn(|_req: Request<Body>| async {
@@ -168,15 +189,8 @@ pub(crate) mod test_support {
         kube::Client::new(svc, "default")
     }
 
-    pub struct Parts {
-        pub cache: Arc<Cache>,
-        pub writer: Writer,
-        pub events: EventRecorder,
-        pub metrics: Metrics,
-        pub stop: CancellationToken,
-    }
-
-    pub fn parts() -> Parts {
+    /// A controller's parts over an offline client, with a queue using `limit`.
+    pub fn parts(limit: RateLimit) -> Parts {
         let client = offline_client();
         let metrics = Metrics::new();
         let stop = CancellationToken::new();
@@ -184,10 +198,10 @@ pub(crate) mod test_support {
             EventRecorder::start(client.clone(), "test".into(), metrics.clone(), stop.clone());
         Parts {
             cache: Arc::new(Cache::default()),
+            queue: Arc::new(WorkQueue::new(limit, stop)),
             writer: Writer::new(client, metrics.clone()),
             events,
             metrics,
-            stop,
         }
     }
 
