@@ -545,7 +545,10 @@ async fn review_a_leader_that_lost_its_lease_writes_nothing_once_another_leads()
         assert!(t0.elapsed() < Duration::from_secs(30), "B never took over");
     }
     let a_result = a.task.await.expect("run task");
-    assert!(a_result.is_err(), "a leader that lost its lease exits with an error");
+    assert!(
+        a_result.is_err(),
+        "a leader that lost its lease exits with an error"
+    );
     settle(&fake, &[&b], LIMIT).await;
     let after = endpoint_writes(&fake);
     assert_eq!(

@@ -520,7 +520,10 @@ mod review_tests {
             .build();
         let selectorless = svc("e").no_selector().build();
         cache.endpoints.write().upsert(Arc::new(ep.clone()));
-        cache.services.write().upsert(Arc::new(selectorless.clone()));
+        cache
+            .services
+            .write()
+            .upsert(Arc::new(selectorless.clone()));
 
         // The mirrored slice we created earlier, in the cache and tracked.
         let plan = core_mirroring::reconcile(&core_mirroring::Inputs {
