@@ -493,3 +493,70 @@ async fn a_stopped_leader_releases_its_lease_for_an_immediate_handover() {
     assert!(stopped.elapsed() <= Duration::from_secs(3));
     b.stop().await.unwrap();
 }
+
+/// Review finding: a leader whose renewals stop succeeding publishes "not leader" at its
+/// renew deadline, but `run_inner` then lets the controllers' in-flight syncs finish for
+/// up to `--shutdown-grace-period` (20 s), and a sync still running after that is only
+/// detached (its JoinHandle dropped), not aborted. Followers take over
+/// `lease_duration - renew_deadline` (5 s) after the old leader's deadline, so the old
+/// leader's writes land while the new leader is writing: here a slice create that the
+/// API server is slow to answer executes after the other replica has already created
+/// the slice, leaving two slices for one Pod (which the new leader then has to delete).
+/// kube-controller-manager exits at once when it loses its lease.
+#[tokio::test(start_paused = true)]
+async fn review_a_leader_that_lost_its_lease_writes_nothing_once_another_leads() {
+    let fake = FakeApi::new();
+    web_cluster(&fake, 3);
+    let a = Instance::start(fake.client(), elected("replica-a"));
+    settle(&fake, &[&a], LIMIT).await;
+    let b = Instance::start(fake.client(), elected("replica-b"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a.is_leading().await && !b.is_leading().await);
+    let before = endpoint_writes(&fake);
+
+    // The API server gets slow: A's next renewal hangs past its renew deadline, and
+    // A's next slice create takes 25 s to be answered.
+    fake.inject(
+        Fault::latency(Duration::from_secs(300))
+            .verb(Verb::Update)
+            .resource("leases")
+            .times(1),
+    );
+    fake.inject(
+        Fault::latency(Duration::from_secs(25))
+            .verb(Verb::Create)
+            .resource("endpointslices")
+            .times(1),
+    );
+    fake.insert(svc("api").port("http", 80, 8080).build())
+        .unwrap();
+    fake.insert(
+        pod("api-0", "api")
+            .ip("10.1.0.1")
+            .node("node-a")
+            .ready()
+            .build(),
+    )
+    .unwrap();
+
+    let t0 = tokio::time::Instant::now();
+    while !b.is_leading().await {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(t0.elapsed() < Duration::from_secs(30), "B never took over");
+    }
+    let a_result = a.task.await.expect("run task");
+    assert!(
+        a_result.is_err(),
+        "a leader that lost its lease exits with an error"
+    );
+    settle(&fake, &[&b], LIMIT).await;
+    let after = endpoint_writes(&fake);
+    assert_eq!(
+        (after.0 - before.0, after.2 - before.2),
+        (1, 0),
+        "one slice create for the new Service and no clean-up delete: the replica that \
+         lost its lease must not write after the other replica leads (creates, deletes)"
+    );
+    assert_converged_default(&fake);
+    b.stop().await.unwrap();
+}

@@ -532,6 +532,95 @@ mod tests {
         assert_eq!(write_attempts(&p.metrics), 0);
     }
 
+    /// Review finding: `refresh_topology` (the topology task) takes the Node store's
+    /// read lock and then the state mutex; `sync_service` (a worker) takes the state
+    /// mutex (line "let mut st = self.state()") and then, still holding it, the Node
+    /// store's read lock. std's RwLock makes new readers wait behind a waiting writer,
+    /// so a Node watch event arriving in between (the Node watch's `write()`) closes a
+    /// cycle: worker waits for the writer, writer waits for the topology task's read
+    /// guard, topology task waits for the worker's state guard. Every worker then
+    /// blocks on the state mutex for good, with no error and `/livez` still green.
+    ///
+    /// The worker side is played by a thread doing exactly what `sync_service` does
+    /// between its two lock acquisitions (a real sync cannot be paused there); the
+    /// topology side and the watch side are the real code paths.
+    #[test]
+    fn review_topology_refresh_sync_and_node_watch_do_not_deadlock() {
+        use std::sync::mpsc;
+        use std::time::Duration as StdDuration;
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let p = parts();
+        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
+        let c = Arc::new(EndpointSliceController::new(
+            p.cache.clone(),
+            queue,
+            p.writer.clone(),
+            p.events.clone(),
+            p.metrics.clone(),
+            Config {
+                max_endpoints_per_slice: 100,
+                batch_period: Duration::ZERO,
+            },
+        ));
+        p.cache
+            .nodes
+            .write()
+            .upsert(Arc::new(node("node-a", Some("z"))));
+
+        // Worker: state mutex held (sync_service, reconcile block) ...
+        let (locked_tx, locked_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let worker = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let st = c.state();
+                locked_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                // ... then the Node store, as `sync_service` does for `Inputs::nodes`.
+                let nodes = c.cache.nodes.read();
+                drop(nodes);
+                drop(st);
+                let _ = done_tx.send(());
+            })
+        };
+        locked_rx.recv().unwrap();
+        // Topology task: Node read guard, then waits for the state mutex.
+        let topo = {
+            let c = c.clone();
+            std::thread::spawn(move || c.refresh_topology())
+        };
+        std::thread::sleep(StdDuration::from_millis(200));
+        // Node watch: a Node update arrives and wants the write lock.
+        let watch = {
+            let cache = p.cache.clone();
+            std::thread::spawn(move || {
+                cache
+                    .nodes
+                    .write()
+                    .upsert(Arc::new(node("node-a", Some("other-zone"))));
+            })
+        };
+        std::thread::sleep(StdDuration::from_millis(200));
+        go_tx.send(()).unwrap();
+        let finished = done_rx.recv_timeout(StdDuration::from_secs(5)).is_ok();
+        assert!(
+            finished,
+            "deadlock: a sync holding the state mutex waits for the Node read lock behind \
+             a Node watch writer, which waits for refresh_topology's Node read guard, which \
+             waits for the state mutex (lock order nodes→state in refresh_topology vs \
+             state→nodes in sync_service)"
+        );
+        worker.join().unwrap();
+        topo.join().unwrap();
+        watch.join().unwrap();
+    }
+
     #[tokio::test]
     async fn a_failed_write_is_a_sync_error_with_an_event() {
         let p = parts(RateLimit::ENDPOINT_SLICE);

@@ -400,3 +400,124 @@ mod tests {
         assert_eq!(keys_for_slice(&Change::Deleted(s), &mut t), ["default/e"]);
     }
 }
+
+/// Review finding: after deleting the mirrored slices of a key that stopped being
+/// mirrored, `sync_key` records each deletion as expected and then calls
+/// `tracker.forget_service(key)`, which throws those expectations away (upstream's
+/// `deleteMirroredSlices` forgets the Service *before* deleting, so its
+/// `ExpectDeletion`s survive). If the key becomes mirrorable again before the watch has
+/// delivered the deletes (a selector added and removed again, a skip-mirror label set
+/// and unset), the next sync reads the already-deleted slice from the cache, finds it
+/// up to date and writes nothing; the delete event then arrives for an untracked slice
+/// and queues nothing. The Endpoints stay unmirrored until some unrelated change.
+#[cfg(test)]
+mod review_tests {
+    use http::{Request, Response};
+    use kube::client::Body;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::core::fixtures::{as_stored, endpoints, svc};
+    use crate::shell::cache::Store;
+    use crate::shell::queue::RateLimit;
+
+    /// A client whose DELETEs succeed and every other request fails.
+    fn deleting_client() -> kube::Client {
+        let svc = tower::service_fn(|req: Request<Body>| async move {
+            let (code, body) = if req.method() == http::Method::DELETE {
+                (
+                    200,
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":200}"#,
+                )
+            } else {
+                (
+                    500,
+                    r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"offline","reason":"InternalError","code":500}"#,
+                )
+            };
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.as_bytes().to_vec()))
+                    .unwrap(),
+            )
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn review_a_quick_unmirror_remirror_is_not_lost() {
+        let client = deleting_client();
+        let metrics = Metrics::new();
+        let stop = CancellationToken::new();
+        let (events, _task) =
+            EventRecorder::start(client.clone(), "test".into(), metrics.clone(), stop.clone());
+        let cache = Arc::new(Cache::default());
+        let queue = Arc::new(WorkQueue::new(RateLimit::MIRRORING, stop.clone()));
+        let c = MirroringController::new(
+            cache.clone(),
+            queue.clone(),
+            Writer::new(client, metrics.clone()),
+            events,
+            metrics,
+            Config {
+                max_endpoints_per_subset: 1000,
+                batch_period: Duration::ZERO,
+            },
+        );
+        let key = "default/e";
+        let ep = endpoints("e")
+            .subset(&["10.0.0.1"], &[], &[("http", 80)])
+            .build();
+        let selectorless = svc("e").no_selector().build();
+        cache.endpoints.write().upsert(Arc::new(ep.clone()));
+        cache
+            .services
+            .write()
+            .upsert(Arc::new(selectorless.clone()));
+
+        // The mirrored slice we created earlier, in the cache and tracked.
+        let plan = core_mirroring::reconcile(&core_mirroring::Inputs {
+            namespace: "default",
+            name: "e",
+            endpoints: Some(&ep),
+            service: Some(&selectorless),
+            existing: &[],
+            max_endpoints_per_subset: 1000,
+        });
+        assert_eq!(plan.creates.len(), 1, "one mirrored slice");
+        let stored = Arc::new(as_stored(plan.creates[0].clone(), "e-abcde"));
+        cache.slices.write().upsert(stored.clone());
+        c.state().tracker.record_written(key, &stored);
+        assert!(c.sync_key(key).await.is_ok(), "in sync: nothing to do");
+
+        // The Service gets a selector: the mirrored slice is deleted.
+        cache.services.write().upsert(Arc::new(svc("e").build()));
+        assert!(c.sync_key(key).await.is_ok());
+        assert_eq!(
+            c.metrics.api_writes("delete", "endpointslices"),
+            1,
+            "the mirrored slice was deleted"
+        );
+
+        // The selector is removed again before the slice's delete event arrived.
+        cache.services.write().upsert(Arc::new(selectorless));
+        let resync = c.sync_key(key).await;
+
+        // Now the watch delivers the delete.
+        let gone = cache
+            .slices
+            .write()
+            .remove("default", "e-abcde")
+            .expect("cached");
+        c.on_slice(&Change::Deleted(gone));
+
+        let will_recreate = resync.is_err() || !queue.is_idle();
+        assert!(
+            will_recreate,
+            "the re-mirror sync ({resync:?}) acted on a slice it had itself deleted, and the \
+             delete event queued nothing: Endpoints default/e is left without a mirrored slice"
+        );
+    }
+}
