@@ -37,6 +37,8 @@ use crate::shell::runtime::{ControllerOptions, Controllers, Enabled};
 
 /// How long in-flight admission requests may finish after a shutdown signal.
 pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
+/// How long releasing the Lease may take at shutdown (on top of the grace period).
+pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default namespace of the Lease without `--leader-elect-resource-namespace` and
 /// `POD_NAMESPACE`.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
@@ -450,7 +452,9 @@ async fn run_inner(
     let mut controllers: Option<Arc<Controllers>> = None;
     let repair_stop = CancellationToken::new();
     if leading && !shutdown.is_cancelled() {
-        metrics.set_leader(lease_name, true);
+        if options.leader.is_some() {
+            metrics.set_leader(lease_name, true);
+        }
         info!(identity = %options.identity, "leading: starting controllers");
         let c = Arc::new(Controllers::start(
             client.clone(),
@@ -487,20 +491,21 @@ async fn run_inner(
     } else {
         info!("shutting down");
     }
-    // 1) controllers stop taking work and finish writes in flight.
+    // 1) the controllers stop. After a lost Lease at once (another replica may
+    //    already lead); on SIGTERM they finish the writes in flight first.
     repair_stop.cancel();
     if let Some(c) = controllers.take() {
         *handle.slot() = std::sync::Weak::new();
-        match Arc::try_unwrap(c) {
-            Ok(c) => c.shutdown(options.shutdown_grace).await,
-            Err(_) => warn!("controllers still referenced at shutdown; not waiting for them"),
+        if lost {
+            c.abort();
+        } else {
+            c.shutdown(options.shutdown_grace).await;
         }
     }
-    metrics.set_leader(lease_name, false);
     // 2) release the Lease so another replica takes over at once.
     lead_stop.cancel();
     if let Some(t) = elector_task {
-        match tokio::time::timeout(Duration::from_secs(5), t).await {
+        match tokio::time::timeout(LEASE_RELEASE_TIMEOUT, t).await {
             Ok(Ok(Err(e))) => outcome = Err(RunError::Leader(e)),
             Ok(Ok(Ok(()))) => {}
             Ok(Err(e)) => error!(error = %e, "leader election task failed"),

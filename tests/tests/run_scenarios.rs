@@ -494,17 +494,13 @@ async fn a_stopped_leader_releases_its_lease_for_an_immediate_handover() {
     b.stop().await.unwrap();
 }
 
-/// Review finding: a leader whose renewals stop succeeding publishes "not leader" at its
-/// renew deadline, but `run_inner` then lets the controllers' in-flight syncs finish for
-/// up to `--shutdown-grace-period` (20 s), and a sync still running after that is only
-/// detached (its JoinHandle dropped), not aborted. Followers take over
-/// `lease_duration - renew_deadline` (5 s) after the old leader's deadline, so the old
-/// leader's writes land while the new leader is writing: here a slice create that the
-/// API server is slow to answer executes after the other replica has already created
-/// the slice, leaving two slices for one Pod (which the new leader then has to delete).
-/// kube-controller-manager exits at once when it loses its lease.
+/// Found in review: a leader whose renewals fail must stop its syncs at once, not let
+/// them finish for the shutdown grace period: followers take over `lease_duration -
+/// renew_deadline` (5 s) after the old leader's deadline, so its late writes would
+/// land while the new leader writes. Here the old leader's slice create is slow to be
+/// answered; it must never execute (one create, no clean-up delete).
 #[tokio::test(start_paused = true)]
-async fn review_a_leader_that_lost_its_lease_writes_nothing_once_another_leads() {
+async fn a_leader_that_lost_its_lease_writes_nothing_once_another_leads() {
     let fake = FakeApi::new();
     web_cluster(&fake, 3);
     let a = Instance::start(fake.client(), elected("replica-a"));

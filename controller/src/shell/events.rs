@@ -151,6 +151,8 @@ struct Series {
     name: String,
     /// Occurrences so far (1 = only the create).
     count: i32,
+    /// Occurrences already written (the create, or the last series patch).
+    written: i32,
     last_seen: Instant,
     last_written: Instant,
 }
@@ -164,10 +166,21 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::Receiver<EventRecord>, cancel: CancellationToken) {
+        // Repeats held back by the patch interval are written on this tick, so a
+        // series' last count is never lost when the repeats stop.
+        let mut flush = tokio::time::interval_at(
+            Instant::now() + SERIES_PATCH_INTERVAL,
+            SERIES_PATCH_INTERVAL,
+        );
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 () = cancel.cancelled() => None,
                 e = rx.recv() => e,
+                _ = flush.tick() => {
+                    self.flush_series().await;
+                    continue;
+                }
             };
             let Some(event) = next else {
                 break;
@@ -178,6 +191,24 @@ impl Writer {
         rx.close();
         while let Ok(event) = rx.try_recv() {
             self.write(event).await;
+        }
+        self.flush_series().await;
+    }
+
+    async fn flush_series(&mut self) {
+        let now = Instant::now();
+        let due: Vec<(String, String, i32)> = self
+            .series
+            .values_mut()
+            .filter(|s| s.count > s.written)
+            .map(|s| {
+                s.written = s.count;
+                s.last_written = now;
+                (s.namespace.clone(), s.name.clone(), s.count)
+            })
+            .collect();
+        for (ns, name, count) in due {
+            self.patch_series(&ns, &name, count).await;
         }
     }
 
@@ -197,6 +228,7 @@ impl Writer {
             s.last_seen = now;
             if now.duration_since(s.last_written) >= SERIES_PATCH_INTERVAL {
                 let (ns, name, count) = (s.namespace.clone(), s.name.clone(), s.count);
+                s.written = count;
                 s.last_written = now;
                 self.patch_series(&ns, &name, count).await;
             }
@@ -258,6 +290,7 @@ impl Writer {
                 namespace,
                 name,
                 count: 1,
+                written: 1,
                 last_seen: now,
                 last_written: now,
             },
@@ -307,5 +340,86 @@ pub fn object_reference(
         name: Some(name.to_owned()),
         uid: uid.map(str::to_owned),
         ..ObjectReference::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+
+    /// (method, body) of every request.
+    type Log = Arc<Mutex<Vec<(String, serde_json::Value)>>>;
+
+    /// A client that records (method, body) and echoes the body back as the object.
+    fn recording_client() -> (kube::Client, Log) {
+        let seen: Log = Arc::default();
+        let log = seen.clone();
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let log = log.clone();
+            async move {
+                let method = req.method().to_string();
+                let bytes = req.into_body().collect().await.unwrap().to_bytes();
+                let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                log.lock().unwrap().push((method, v.clone()));
+                v["apiVersion"] = "events.k8s.io/v1".into();
+                v["kind"] = "Event".into();
+                v["metadata"]["name"] = v["metadata"]["name"].as_str().unwrap_or("e").into();
+                Ok::<_, std::convert::Infallible>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                        .unwrap(),
+                )
+            }
+        });
+        (kube::Client::new(svc, "default"), seen)
+    }
+
+    fn event(note: &str) -> EventRecord {
+        EventRecord {
+            regarding: object_reference("v1", "Service", "ns", "web", Some("u1")),
+            controller: "endpoint-slice-controller",
+            action: "Reconcile",
+            event_type: EventType::Warning,
+            reason: "FailedToUpdateEndpointSlices",
+            note: note.into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeats_become_one_series_and_the_last_count_is_written() {
+        let (client, seen) = recording_client();
+        let stop = CancellationToken::new();
+        let (rec, task) =
+            EventRecorder::start(client, "replica-a".into(), Metrics::new(), stop.clone());
+        for _ in 0..3 {
+            rec.record(event("boom"));
+        }
+        rec.record(event("another message"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        {
+            let s = seen.lock().unwrap();
+            let methods: Vec<&str> = s.iter().map(|(m, _)| m.as_str()).collect();
+            assert_eq!(methods, ["POST", "POST"], "one create per distinct message");
+            assert_eq!(s[0].1["reportingController"], "endpoint-slice-controller");
+            assert_eq!(s[0].1["reportingInstance"], "replica-a");
+            assert_eq!(s[0].1["regarding"]["name"], "web");
+        }
+        // The held-back repeats are flushed on the next tick.
+        tokio::time::sleep(SERIES_PATCH_INTERVAL + Duration::from_secs(1)).await;
+        {
+            let s = seen.lock().unwrap();
+            assert_eq!(s.len(), 3, "{s:?}");
+            assert_eq!(s[2].0, "PATCH");
+            assert_eq!(s[2].1["series"]["count"], 3);
+        }
+        stop.cancel();
+        task.await.unwrap();
     }
 }

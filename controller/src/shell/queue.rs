@@ -125,6 +125,9 @@ pub struct QueueCore<K> {
     failures: HashMap<K, u32>,
     limit: RateLimit,
     bucket: TokenBucket,
+    /// Keys newly queued so far (merged adds not counted, delayed ones when they
+    /// fire): client-go's `workqueue_adds_total`.
+    adds: u64,
 }
 
 impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
@@ -139,6 +142,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             failures: HashMap::new(),
             limit,
             bucket: TokenBucket::new(limit.qps, limit.burst),
+            adds: 0,
         }
     }
 
@@ -149,10 +153,16 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             return false;
         }
         self.dirty.insert(key.clone());
+        self.adds += 1;
         if !self.processing.contains(&key) {
             self.queue.push_back(key);
         }
         true
+    }
+
+    /// Keys newly queued since the queue was made.
+    pub fn adds(&self) -> u64 {
+        self.adds
     }
 
     /// Queues `key` at `now + delay`; a zero delay is [`QueueCore::add`].
@@ -264,12 +274,21 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 }
 
+/// Where a queue reports `workqueue_depth` and `workqueue_adds_total`.
+#[derive(Debug, Clone)]
+pub struct QueueGauges {
+    pub depth: prometheus_client::metrics::gauge::Gauge,
+    pub adds: prometheus_client::metrics::counter::Counter,
+}
+
 /// A [`QueueCore`] shared by async producers and workers.
 #[derive(Debug)]
 pub struct WorkQueue<K> {
     core: Mutex<QueueCore<K>>,
     notify: Notify,
     shutdown: CancellationToken,
+    gauges: Option<QueueGauges>,
+    reported_adds: std::sync::atomic::AtomicU64,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
@@ -278,6 +297,28 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             core: Mutex::new(QueueCore::new(limit)),
             notify: Notify::new(),
             shutdown,
+            gauges: None,
+            reported_adds: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Reports depth (keys ready) and adds, as client-go does.
+    #[must_use]
+    pub fn with_gauges(mut self, gauges: QueueGauges) -> Self {
+        self.gauges = Some(gauges);
+        self
+    }
+
+    /// Brings the metrics up to date with `core` (called under its lock).
+    fn report(&self, core: &QueueCore<K>) {
+        if let Some(g) = &self.gauges {
+            g.depth
+                .set(i64::try_from(core.ready_len()).unwrap_or(i64::MAX));
+            let total = core.adds();
+            let before = self
+                .reported_adds
+                .swap(total, std::sync::atomic::Ordering::Relaxed);
+            g.adds.inc_by(total.saturating_sub(before));
         }
     }
 
@@ -289,7 +330,13 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     }
 
     pub fn add(&self, key: K) {
-        if self.lock().add(key) {
+        let added = {
+            let mut core = self.lock();
+            let added = core.add(key);
+            self.report(&core);
+            added
+        };
+        if added {
             self.notify.notify_one();
         }
     }
@@ -318,6 +365,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let requeued = {
             let mut core = self.lock();
             core.done(key);
+            self.report(&core);
             core.ready_len() > 0
         };
         if requeued {
@@ -349,6 +397,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             let (key, due, more) = {
                 let mut core = self.lock();
                 let key = core.pop(Instant::now());
+                self.report(&core);
                 (key, core.next_due(), core.ready_len() > 0)
             };
             if let Some(key) = key {
@@ -413,6 +462,8 @@ mod tests {
         assert_eq!(q.pop(now), Some("a"));
         q.done(&"a");
         assert!(q.is_idle());
+        // Two keys newly queued ("a" twice, after it was handed out); merges uncounted.
+        assert_eq!(q.adds(), 2);
     }
 
     #[test]

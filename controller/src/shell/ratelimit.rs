@@ -75,11 +75,15 @@ impl<S> RateLimited<S> {
             self.tokens = (self.tokens + refill).min(self.burst);
         }
         self.last = Some(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
+        // Refills accumulate float error (0.9999999999999969 tokens): within a
+        // millionth of a token counts as whole, and a wait is at least a millisecond,
+        // so the limiter can never spin on a zero-length sleep.
+        if self.tokens >= 1.0 - 1e-6 {
+            self.tokens = (self.tokens - 1.0).max(0.0);
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.qps);
+            Err(wait.max(Duration::from_millis(1)))
         }
     }
 }
@@ -153,6 +157,24 @@ mod tests {
         // 20 more at 20 qps take one second.
         let last = times[49].as_secs_f64();
         assert!((0.95..=1.05).contains(&last), "last request at {last}s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn long_runs_at_odd_rates_neither_spin_nor_drift() {
+        for qps in [1.0, 3.0, 7.0, 20.0] {
+            let mut svc = RateLimitLayer::new(qps, 1).layer(Echo);
+            let start = Instant::now();
+            for i in 0..200 {
+                svc.ready().await.unwrap();
+                svc.call(i).await.unwrap();
+            }
+            let took = Instant::now().duration_since(start).as_secs_f64();
+            let want = 199.0 / qps;
+            assert!(
+                (took - want).abs() < want * 0.02 + 0.01,
+                "qps {qps}: {took}s for {want}s"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -23,7 +23,7 @@ use super::controllers::dispatch::Dispatch;
 use super::controllers::endpoints::{self as ep, EndpointsController};
 use super::controllers::endpointslice::{self as es, EndpointSliceController};
 use super::controllers::mirroring::{self as mirror, MirroringController};
-use super::controllers::{Parts, allocator_repair, worker};
+use super::controllers::{Parts, Syncer, allocator_repair, queue_gauges, worker};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::queue::{RateLimit, WorkQueue};
@@ -128,9 +128,11 @@ impl Controllers {
         );
         let writer = Writer::new(client.clone(), metrics.clone());
         let on = options.enabled;
-        let parts = |limit| Parts {
+        let parts = |limit, name| Parts {
             cache: cache.clone(),
-            queue: Arc::new(WorkQueue::new(limit, stop.clone())),
+            queue: Arc::new(
+                WorkQueue::new(limit, stop.clone()).with_gauges(queue_gauges(&metrics, name)),
+            ),
             writer: writer.clone(),
             events: events.clone(),
             metrics: metrics.clone(),
@@ -138,19 +140,19 @@ impl Controllers {
 
         let endpoint_slice = on.endpoint_slice.then(|| {
             Arc::new(EndpointSliceController::new(
-                parts(RateLimit::ENDPOINT_SLICE),
+                parts(RateLimit::ENDPOINT_SLICE, EndpointSliceController::QUEUE),
                 options.endpoint_slice,
             ))
         });
         let endpoints = on.endpoints.then(|| {
             Arc::new(EndpointsController::new(
-                parts(RateLimit::ENDPOINTS),
+                parts(RateLimit::ENDPOINTS, EndpointsController::QUEUE),
                 options.endpoints,
             ))
         });
         let mirroring = on.mirroring.then(|| {
             Arc::new(MirroringController::new(
-                parts(RateLimit::MIRRORING),
+                parts(RateLimit::MIRRORING, MirroringController::QUEUE),
                 options.mirroring,
             ))
         });
@@ -372,21 +374,49 @@ impl Controllers {
             .all(|(_, h)| h.in_sync.load(std::sync::atomic::Ordering::Acquire))
     }
 
-    /// Stops taking work, waits up to `grace` for syncs in flight, then flushes
-    /// events.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Stops taking work, waits up to `grace` for syncs in flight (their writes
+    /// finish), aborts whatever is still running, then flushes events.
+    pub async fn shutdown(&self, grace: Duration) {
         self.stop.cancel();
-        let all =
-            futures::future::join_all(self.workers.take().into_iter().chain(self.tasks.take()));
-        if tokio::time::timeout(grace, all).await.is_err() {
+        let handles: Vec<JoinHandle<()>> = self
+            .workers
+            .take()
+            .into_iter()
+            .chain(self.tasks.take())
+            .collect();
+        let aborts: Vec<tokio::task::AbortHandle> =
+            handles.iter().map(JoinHandle::abort_handle).collect();
+        if tokio::time::timeout(grace, futures::future::join_all(handles))
+            .await
+            .is_err()
+        {
             warn!(
                 grace_ms = grace.as_millis(),
-                "syncs still running at the end of the grace period"
+                "syncs still running at the end of the grace period; aborted"
             );
+            for a in aborts {
+                a.abort();
+            }
         }
         self.stop_events.cancel();
         let events = futures::future::join_all(self.events_task.take());
         let _ = tokio::time::timeout(Duration::from_secs(2), events).await;
+    }
+
+    /// Stops at once: every sync is aborted where it is (a leader that lost its Lease
+    /// must not write once another replica may lead). Queued events are dropped.
+    pub fn abort(&self) {
+        self.stop.cancel();
+        self.stop_events.cancel();
+        for h in self
+            .workers
+            .take()
+            .into_iter()
+            .chain(self.tasks.take())
+            .chain(self.events_task.take())
+        {
+            h.abort();
+        }
     }
 }
 

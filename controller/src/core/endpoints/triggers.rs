@@ -48,36 +48,71 @@ pub fn first_sync_keys<'a>(
     keys.into_iter().collect()
 }
 
-/// Remembers resourceVersions the controller has already replaced (§4.7):
-/// after an update that changed the resourceVersion, a cache still returning
-/// the old one is stale and the sync must be retried, not acted upon.
+/// What the controller last did to one Endpoints object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Last {
+    /// Updated it away from this resourceVersion (§4.7).
+    Replaced(String),
+    /// Created it: a cache without it is behind.
+    Created,
+    /// Deleted the object with this uid: a cache still holding it is behind.
+    Deleted(Option<String>),
+}
+
+/// Remembers the controller's own last write per key, so a sync never acts on a
+/// cache that has not seen it yet. Upstream keeps only the update case (§4.7: after
+/// an update that changed the resourceVersion, a cache still returning the old one
+/// is stale); svcplane adds creates and deletes, where a lagging cache would
+/// otherwise make it create twice (409 AlreadyExists and a spurious
+/// `FailedToCreateEndpoint` event) or delete twice.
 #[derive(Debug, Default, Clone)]
 pub struct StaleEndpointsTracker {
-    replaced: HashMap<String, String>,
+    last: HashMap<String, Last>,
 }
 
 impl StaleEndpointsTracker {
     /// Records a successful update of `key` from `old` to `new`.
     pub fn record_update(&mut self, key: &str, old: Option<&str>, new: Option<&str>) {
-        if let Some(old) = old.filter(|o| Some(*o) != new) {
-            self.replaced.insert(key.to_owned(), old.to_owned());
+        match old.filter(|o| Some(*o) != new) {
+            Some(old) => {
+                self.last
+                    .insert(key.to_owned(), Last::Replaced(old.to_owned()));
+            }
+            None => {
+                self.last.remove(key);
+            }
         }
     }
 
-    /// Whether the cached object is one the controller already replaced.
-    pub fn is_stale(&self, key: &str, cached: &Endpoints) -> bool {
-        match (
-            self.replaced.get(key),
-            cached.metadata.resource_version.as_deref(),
-        ) {
-            (Some(old), Some(rv)) => old == rv,
+    /// Records a successful create of `key`.
+    pub fn record_create(&mut self, key: &str) {
+        self.last.insert(key.to_owned(), Last::Created);
+    }
+
+    /// Records a successful delete of `key` (the object had `uid`).
+    pub fn record_delete(&mut self, key: &str, uid: Option<&str>) {
+        self.last
+            .insert(key.to_owned(), Last::Deleted(uid.map(str::to_owned)));
+    }
+
+    /// Whether the cache (`cached`, the object or its absence) has not yet seen
+    /// the controller's last write of `key`.
+    pub fn is_stale(&self, key: &str, cached: Option<&Endpoints>) -> bool {
+        match (self.last.get(key), cached) {
+            (Some(Last::Replaced(old)), Some(e)) => {
+                e.metadata.resource_version.as_deref() == Some(old.as_str())
+            }
+            (Some(Last::Created), None) => true,
+            (Some(Last::Deleted(uid)), Some(e)) => {
+                uid.is_none() || e.metadata.uid.as_deref() == uid.as_deref()
+            }
             _ => false,
         }
     }
 
     /// Forgets a key whose Service was deleted.
     pub fn forget(&mut self, key: &str) {
-        self.replaced.remove(key);
+        self.last.remove(key);
     }
 }
 
@@ -116,14 +151,34 @@ mod tests {
     #[test]
     fn rule_4_7_stale_guard_flags_the_replaced_resource_version() {
         let mut t = StaleEndpointsTracker::default();
-        assert!(!t.is_stale("ns/a", &ep("a", false, "5")));
+        assert!(!t.is_stale("ns/a", Some(&ep("a", false, "5"))));
         t.record_update("ns/a", Some("5"), Some("6"));
-        assert!(t.is_stale("ns/a", &ep("a", false, "5")));
-        assert!(!t.is_stale("ns/a", &ep("a", false, "6")));
+        assert!(t.is_stale("ns/a", Some(&ep("a", false, "5"))));
+        assert!(!t.is_stale("ns/a", Some(&ep("a", false, "6"))));
         // A no-op update (same resourceVersion) is not remembered.
         t.record_update("ns/b", Some("7"), Some("7"));
-        assert!(!t.is_stale("ns/b", &ep("b", false, "7")));
+        assert!(!t.is_stale("ns/b", Some(&ep("b", false, "7"))));
         t.forget("ns/a");
-        assert!(!t.is_stale("ns/a", &ep("a", false, "5")));
+        assert!(!t.is_stale("ns/a", Some(&ep("a", false, "5"))));
+    }
+
+    #[test]
+    fn stale_guard_also_covers_our_creates_and_deletes() {
+        let mut t = StaleEndpointsTracker::default();
+        assert!(!t.is_stale("ns/a", None));
+        t.record_create("ns/a");
+        assert!(t.is_stale("ns/a", None), "created, not yet seen");
+        assert!(!t.is_stale("ns/a", Some(&ep("a", false, "1"))));
+        let mut gone = ep("a", false, "1");
+        gone.metadata.uid = Some("u1".into());
+        t.record_delete("ns/a", Some("u1"));
+        assert!(t.is_stale("ns/a", Some(&gone)), "deleted, still cached");
+        assert!(!t.is_stale("ns/a", None));
+        let mut recreated = gone.clone();
+        recreated.metadata.uid = Some("u2".into());
+        assert!(
+            !t.is_stale("ns/a", Some(&recreated)),
+            "someone else re-created it"
+        );
     }
 }

@@ -52,6 +52,9 @@ pub struct MirrorStats {
     pub invalid_addresses: usize,
     /// Endpoints in the desired groups.
     pub endpoints_desired: usize,
+    /// Sum over the desired groups of ceil(endpoints / max per subset): the
+    /// slices perfect packing would need (no minimum of one).
+    pub slices_desired: usize,
 }
 
 /// Everything one sync of one key wants done.

@@ -332,6 +332,7 @@ pub fn reconcile(inputs: &Inputs<'_>) -> MirrorPlan {
     plan.stats.addresses_skipped = desired.skipped;
     for group in &desired.groups {
         plan.stats.endpoints_desired += group.endpoints.len();
+        plan.stats.slices_desired += group.endpoints.len().div_ceil(max);
         let key = (group.family.address_type().to_owned(), group.key.clone());
         let have = by_key.remove(&key).unwrap_or_default();
         if group.endpoints.is_empty() {

@@ -207,6 +207,10 @@ fn rule_5_2_one_slice_per_subset_and_family() {
             ("IPv6".to_owned(), vec!["fd00::9"]),
         ]
     );
+    // §5.4 metric: desired slices summed per group (four groups of one endpoint),
+    // not one ceiling over the total.
+    assert_eq!(plan.stats.endpoints_desired, 4);
+    assert_eq!(plan.stats.slices_desired, 4);
 }
 
 #[test]

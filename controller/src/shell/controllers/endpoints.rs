@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use tracing::debug;
 
-use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
+use super::{Parts, SyncError, Syncer, lock, split_key};
 use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
 use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
 use crate::core::event::PlannedEvent;
@@ -66,7 +66,7 @@ impl EndpointsController {
     }
 
     fn add(&self, key: String) {
-        enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
+        self.parts.queue.add(key);
     }
 
     // --- event handlers (§4.1) ----------------------------------------------------
@@ -82,13 +82,7 @@ impl EndpointsController {
 
     pub fn on_pod_keys(&self, keys: Vec<String>) {
         for key in keys {
-            enqueue_after(
-                &self.parts.queue,
-                &self.parts.metrics,
-                Self::QUEUE,
-                key,
-                self.config.batch_period,
-            );
+            self.parts.queue.add_after(key, self.config.batch_period);
         }
     }
 
@@ -135,9 +129,7 @@ impl EndpointsController {
         let (namespace, name) = split_key(key);
         let service = self.parts.cache.services.read().get(namespace, name);
         let existing = self.parts.cache.endpoints.read().get(namespace, name);
-        if let Some(e) = &existing
-            && self.state().stale.is_stale(key, e)
-        {
+        if self.state().stale.is_stale(key, existing.as_deref()) {
             return Err(SyncError::Stale("Endpoints"));
         }
         let selector = service
@@ -179,7 +171,7 @@ impl EndpointsController {
             match write {
                 EndpointsWrite::Create(obj) => {
                     match self.parts.writer.create(RESOURCE, namespace, &obj).await {
-                        Ok(_) => {}
+                        Ok(_) => self.state().stale.record_create(key),
                         Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => return Ok(()),
                         Err(e) => {
                             self.event(
@@ -212,6 +204,7 @@ impl EndpointsController {
                         .writer
                         .delete::<Endpoints>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
                         .await?;
+                    self.state().stale.record_delete(key, r.uid.as_deref());
                 }
             }
         }

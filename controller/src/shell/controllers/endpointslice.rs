@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
+use super::{Parts, SyncError, Syncer, lock, split_key};
 use crate::core::cached_pod::CachedPod;
 use crate::core::endpointslice::tracker::SliceTracker;
 use crate::core::endpointslice::triggers;
@@ -62,7 +62,6 @@ struct Figures {
 struct State {
     tracker: SliceTracker,
     trigger_times: TriggerTimeTracker,
-    topology: TopologyPolicy,
     figures: HashMap<String, Figures>,
     traffic_distribution: HashMap<String, &'static str>,
 }
@@ -72,7 +71,13 @@ struct State {
 pub struct EndpointSliceController {
     parts: Parts,
     config: Config,
+    /// Tracker, trigger times, per-Service metric figures: held only for map updates.
     state: Mutex<State>,
+    /// The topology cache and zone ratios. Held for a whole reconcile, but only by
+    /// Services whose hints depend on it (annotation `Auto`, or cached hints to clear),
+    /// so other syncs plan in parallel. Lock order: Node store, then this; `state` is
+    /// never held together with either.
+    topology: Mutex<TopologyPolicy>,
     /// Wakes the topology task (Node changes are coalesced into one recomputation).
     topology_dirty: Notify,
 }
@@ -83,6 +88,7 @@ impl EndpointSliceController {
             parts,
             config,
             state: Mutex::new(State::default()),
+            topology: Mutex::new(TopologyPolicy::default()),
             topology_dirty: Notify::new(),
         }
     }
@@ -96,17 +102,7 @@ impl EndpointSliceController {
     }
 
     fn add(&self, key: String) {
-        enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
-    }
-
-    fn add_after(&self, key: String, delay: Duration) {
-        enqueue_after(
-            &self.parts.queue,
-            &self.parts.metrics,
-            Self::QUEUE,
-            key,
-            delay,
-        );
+        self.parts.queue.add(key);
     }
 
     // --- event handlers (§2.1) --------------------------------------------------
@@ -118,7 +114,7 @@ impl EndpointSliceController {
     /// Services a Pod event affects, already computed by the dispatcher.
     pub fn on_pod_keys(&self, keys: Vec<String>) {
         for key in keys {
-            self.add_after(key, self.config.batch_period);
+            self.parts.queue.add_after(key, self.config.batch_period);
         }
     }
 
@@ -139,7 +135,7 @@ impl EndpointSliceController {
         };
         let delay = self.config.batch_period.max(MIN_SLICE_EVENT_DELAY);
         for key in keys {
-            self.add_after(key, delay);
+            self.parts.queue.add_after(key, delay);
         }
     }
 
@@ -158,9 +154,7 @@ impl EndpointSliceController {
     pub fn refresh_topology(&self) {
         let keys = {
             let nodes = self.parts.cache.nodes.read();
-            self.state()
-                .topology
-                .set_nodes(nodes.iter().map(Arc::as_ref))
+            lock(&self.topology).set_nodes(nodes.iter().map(Arc::as_ref))
         };
         debug!(overloaded = keys.len(), "topology recomputed");
         for key in keys {
@@ -183,17 +177,25 @@ impl EndpointSliceController {
     // --- sync (§2.2) ---------------------------------------------------------------
 
     fn forget(&self, key: &str) {
+        lock(&self.topology).cache_mut().forget_service(key);
         let mut st = self.state();
         st.tracker.forget_service(key);
         let (namespace, name) = split_key(key);
         st.trigger_times.forget(namespace, name);
-        st.topology.cache_mut().forget_service(key);
         if let Some(f) = st.figures.remove(key) {
             self.add_figures(Figures::default(), f);
         }
         if let Some(td) = st.traffic_distribution.remove(key) {
             self.td_gauge(td).dec();
         }
+    }
+
+    /// Whether this Service's sync reads or writes the shared topology cache: hints
+    /// `Auto`, or hints cached from an earlier `Auto` that must now be cleared (with
+    /// the `TopologyAwareHintsDisabled` event).
+    fn needs_topology_cache(&self, key: &str, service: &Service) -> bool {
+        HintsMode::of_service(service) == HintsMode::Auto
+            || lock(&self.topology).cache().has_populated_hints(key)
     }
 
     fn td_gauge(&self, td: &'static str) -> prometheus_client::metrics::gauge::Gauge {
@@ -359,9 +361,12 @@ impl EndpointSliceController {
             }
         }
         let pods: Vec<Arc<CachedPod>> = self.parts.cache.pods.read().selected(namespace, selector);
-        let slices = self.parts.cache.slices.read().of_service(namespace, name);
-        let plan = {
+        // The slices are read under the state lock, so the stale check and the
+        // snapshot the plan is built from are the same view (a delete event consuming
+        // an expectation in between cannot slip a slice we deleted past the check).
+        let (slices, trigger_time) = {
             let mut st = self.state();
+            let slices = self.parts.cache.slices.read().of_service(namespace, name);
             let managed: Vec<&EndpointSlice> = slices
                 .iter()
                 .map(Arc::as_ref)
@@ -373,6 +378,9 @@ impl EndpointSliceController {
                 return Err(SyncError::Stale("EndpointSlice"));
             }
             let trigger_time = st.trigger_times.compute(&service, &pods);
+            (slices, trigger_time)
+        };
+        let outcome = {
             let nodes = self.parts.cache.nodes.read();
             let inputs = Inputs {
                 service: &service,
@@ -382,13 +390,20 @@ impl EndpointSliceController {
                 trigger_time,
                 max_endpoints_per_slice: self.config.max_endpoints_per_slice,
             };
-            match reconcile_with_hints(&inputs, &mut st.topology) {
-                Outcome::Skipped(reason) => {
-                    debug!(key, ?reason, "not handled");
-                    return Ok(());
-                }
-                Outcome::Planned(plan) => plan,
+            if self.needs_topology_cache(key, &service) {
+                reconcile_with_hints(&inputs, &mut *lock(&self.topology))
+            } else {
+                // Same answers as the shared policy for a Service with no cached hints
+                // and no `Auto` annotation: nothing of the cache is read or written.
+                reconcile_with_hints(&inputs, &mut TopologyPolicy::default())
             }
+        };
+        let plan = match outcome {
+            Outcome::Skipped(reason) => {
+                debug!(key, ?reason, "not handled");
+                return Ok(());
+            }
+            Outcome::Planned(plan) => plan,
         };
 
         let topology = if hints_enabled(&service) {
@@ -532,20 +547,15 @@ mod tests {
         assert_eq!(write_attempts(&p.metrics), 0);
     }
 
-    /// Review finding: `refresh_topology` (the topology task) takes the Node store's
-    /// read lock and then the state mutex; `sync_service` (a worker) takes the state
-    /// mutex (line "let mut st = self.state()") and then, still holding it, the Node
-    /// store's read lock. std's RwLock makes new readers wait behind a waiting writer,
-    /// so a Node watch event arriving in between (the Node watch's `write()`) closes a
-    /// cycle: worker waits for the writer, writer waits for the topology task's read
-    /// guard, topology task waits for the worker's state guard. Every worker then
-    /// blocks on the state mutex for good, with no error and `/livez` still green.
-    ///
-    /// The worker side is played by a thread doing exactly what `sync_service` does
-    /// between its two lock acquisitions (a real sync cannot be paused there); the
-    /// topology side and the watch side are the real code paths.
+    /// Lock order (a review found a deadlock in an earlier one): a sync holds the state
+    /// mutex only for its stale check and trigger time, without the Node store; it then
+    /// takes the Node store's read lock and, for hinted Services, the topology mutex —
+    /// the order `refresh_topology` uses. std's RwLock makes new readers wait behind a
+    /// waiting writer (a Node watch update), so any state→nodes nesting would close a
+    /// cycle with the topology task. Here a worker playing both phases, the topology
+    /// task and a Node writer run against each other and must all finish.
     #[test]
-    fn review_topology_refresh_sync_and_node_watch_do_not_deadlock() {
+    fn lock_order_lets_sync_topology_refresh_and_node_watch_all_finish() {
         use std::sync::mpsc;
         use std::time::Duration as StdDuration;
 
@@ -554,49 +564,38 @@ mod tests {
             .build()
             .unwrap();
         let _guard = rt.enter();
-        let p = parts();
-        let queue = Arc::new(WorkQueue::new(RateLimit::ENDPOINT_SLICE, p.stop.clone()));
-        let c = Arc::new(EndpointSliceController::new(
-            p.cache.clone(),
-            queue,
-            p.writer.clone(),
-            p.events.clone(),
-            p.metrics.clone(),
-            Config {
-                max_endpoints_per_slice: 100,
-                batch_period: Duration::ZERO,
-            },
-        ));
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let c = Arc::new(controller(&p));
         p.cache
             .nodes
             .write()
             .upsert(Arc::new(node("node-a", Some("z"))));
 
-        // Worker: state mutex held (sync_service, reconcile block) ...
         let (locked_tx, locked_rx) = mpsc::channel::<()>();
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let worker = {
             let c = c.clone();
             std::thread::spawn(move || {
+                // Phase 1 (stale check): the state mutex alone.
                 let st = c.state();
                 locked_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
-                // ... then the Node store, as `sync_service` does for `Inputs::nodes`.
-                let nodes = c.cache.nodes.read();
-                drop(nodes);
                 drop(st);
+                // Phase 2 (reconcile): Node store, then topology.
+                let nodes = c.parts.cache.nodes.read();
+                let topology = lock(&c.topology);
+                drop(topology);
+                drop(nodes);
                 let _ = done_tx.send(());
             })
         };
         locked_rx.recv().unwrap();
-        // Topology task: Node read guard, then waits for the state mutex.
         let topo = {
             let c = c.clone();
             std::thread::spawn(move || c.refresh_topology())
         };
-        std::thread::sleep(StdDuration::from_millis(200));
-        // Node watch: a Node update arrives and wants the write lock.
+        std::thread::sleep(StdDuration::from_millis(100));
         let watch = {
             let cache = p.cache.clone();
             std::thread::spawn(move || {
@@ -606,15 +605,11 @@ mod tests {
                     .upsert(Arc::new(node("node-a", Some("other-zone"))));
             })
         };
-        std::thread::sleep(StdDuration::from_millis(200));
+        std::thread::sleep(StdDuration::from_millis(100));
         go_tx.send(()).unwrap();
-        let finished = done_rx.recv_timeout(StdDuration::from_secs(5)).is_ok();
         assert!(
-            finished,
-            "deadlock: a sync holding the state mutex waits for the Node read lock behind \
-             a Node watch writer, which waits for refresh_topology's Node read guard, which \
-             waits for the state mutex (lock order nodes→state in refresh_topology vs \
-             state→nodes in sync_service)"
+            done_rx.recv_timeout(StdDuration::from_secs(5)).is_ok(),
+            "deadlock between the sync, the topology task and a Node update"
         );
         worker.join().unwrap();
         topo.join().unwrap();

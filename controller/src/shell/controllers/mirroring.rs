@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::time::Instant;
 use tracing::debug;
 
-use super::{Parts, SyncError, Syncer, enqueue, enqueue_after, lock, split_key};
+use super::{Parts, SyncError, Syncer, lock, split_key};
 use crate::core::endpointslice::SliceWrite;
 use crate::core::endpointslice::tracker::SliceTracker;
 use crate::core::endpointslice::triggers;
@@ -125,36 +125,29 @@ impl MirroringController {
 
     pub fn on_service(&self, change: &Change<Service>) {
         if let Some(key) = keys_for_service(change) {
-            enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
+            self.parts.queue.add(key);
         }
     }
 
     pub fn on_endpoints(&self, change: &Change<Endpoints>) {
         if let Some(key) = keys_for_endpoints(change) {
-            enqueue(&self.parts.queue, &self.parts.metrics, Self::QUEUE, key);
+            self.parts.queue.add(key);
         }
     }
 
     pub fn on_slice(&self, change: &Change<EndpointSlice>) {
         let keys = keys_for_slice(change, &mut self.state().tracker);
         for key in keys {
-            enqueue_after(
-                &self.parts.queue,
-                &self.parts.metrics,
-                Self::QUEUE,
-                key,
-                self.config.batch_period,
-            );
+            self.parts.queue.add_after(key, self.config.batch_period);
         }
     }
 
     fn record_figures(&self, key: &str, stats: &MirrorStats, slices: usize, forget: bool) {
         let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let max = self.config.max_endpoints_per_subset.max(1);
         let new = Figures {
             desired: to_i64(stats.endpoints_desired),
             slices: to_i64(slices),
-            desired_slices: to_i64(stats.endpoints_desired.div_ceil(max)),
+            desired_slices: to_i64(stats.slices_desired),
         };
         let old = {
             let mut st = self.state();
@@ -187,9 +180,10 @@ impl MirroringController {
         let (namespace, name) = split_key(key);
         let endpoints = self.parts.cache.endpoints.read().get(namespace, name);
         let service = self.parts.cache.services.read().get(namespace, name);
-        let slices = self.parts.cache.slices.read().of_service(namespace, name);
-        let plan = {
-            let st = self.state();
+        let (slices, plan) = {
+            // Read under the state lock: the stale check and the plan see one view.
+            let mut st = self.state();
+            let slices = self.parts.cache.slices.read().of_service(namespace, name);
             let mirrored: Vec<&EndpointSlice> = slices
                 .iter()
                 .map(Arc::as_ref)
@@ -199,14 +193,20 @@ impl MirroringController {
             if st.tracker.is_stale(key, &mirrored) {
                 return Err(SyncError::Stale("mirrored EndpointSlice"));
             }
-            core_mirroring::reconcile(&core_mirroring::Inputs {
+            let plan = core_mirroring::reconcile(&core_mirroring::Inputs {
                 namespace,
                 name,
                 endpoints: endpoints.as_deref(),
                 service: service.as_deref(),
                 existing: &slices,
                 max_endpoints_per_subset: self.config.max_endpoints_per_subset,
-            })
+            });
+            if plan.not_mirrored.is_some() {
+                // Forget before deleting (as upstream): the deletions recorded below
+                // must survive, or a quick re-mirror acts on the deleted slices.
+                st.tracker.forget_service(key);
+            }
+            (slices, plan)
         };
         let m = self.parts.metrics.mirroring();
         m.endpoints_added_per_sync
@@ -282,9 +282,6 @@ impl MirroringController {
         }
         let after = (slices_before + plan.creates.len()).saturating_sub(plan.deletes.len());
         let nothing_left = plan.not_mirrored.is_some() && result.is_ok();
-        if nothing_left {
-            self.state().tracker.forget_service(key);
-        }
         self.record_figures(key, &plan.stats, after, nothing_left);
         m.endpoints_sync_duration
             .observe(start.elapsed().as_secs_f64());
@@ -401,24 +398,25 @@ mod tests {
     }
 }
 
-/// Review finding: after deleting the mirrored slices of a key that stopped being
-/// mirrored, `sync_key` records each deletion as expected and then calls
-/// `tracker.forget_service(key)`, which throws those expectations away (upstream's
-/// `deleteMirroredSlices` forgets the Service *before* deleting, so its
-/// `ExpectDeletion`s survive). If the key becomes mirrorable again before the watch has
-/// delivered the deletes (a selector added and removed again, a skip-mirror label set
-/// and unset), the next sync reads the already-deleted slice from the cache, finds it
-/// up to date and writes nothing; the delete event then arrives for an untracked slice
-/// and queues nothing. The Endpoints stay unmirrored until some unrelated change.
+/// Found in review: the tracker must be forgotten *before* the deletes of a key that
+/// stopped being mirrored (as upstream does), not after, or the recorded deletions are
+/// lost. If the key then becomes mirrorable again before the watch delivers the deletes
+/// (a selector added and removed again, skip-mirror set and unset), the next sync would
+/// read the already-deleted slice from the cache, find it up to date and write
+/// nothing, and the delete event would arrive for an untracked slice and queue
+/// nothing: the Endpoints would stay unmirrored until some unrelated change.
 #[cfg(test)]
-mod review_tests {
+mod remirror_tests {
     use http::{Request, Response};
     use kube::client::Body;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::core::fixtures::{as_stored, endpoints, svc};
-    use crate::shell::cache::Store;
+    use crate::shell::apply::Writer;
+    use crate::shell::cache::{Cache, Store};
+    use crate::shell::events::EventRecorder;
+    use crate::shell::metrics::Metrics;
     use crate::shell::queue::RateLimit;
 
     /// A client whose DELETEs succeed and every other request fails.
@@ -447,7 +445,7 @@ mod review_tests {
     }
 
     #[tokio::test]
-    async fn review_a_quick_unmirror_remirror_is_not_lost() {
+    async fn rule_5_1_a_quick_unmirror_remirror_is_not_lost() {
         let client = deleting_client();
         let metrics = Metrics::new();
         let stop = CancellationToken::new();
@@ -456,11 +454,13 @@ mod review_tests {
         let cache = Arc::new(Cache::default());
         let queue = Arc::new(WorkQueue::new(RateLimit::MIRRORING, stop.clone()));
         let c = MirroringController::new(
-            cache.clone(),
-            queue.clone(),
-            Writer::new(client, metrics.clone()),
-            events,
-            metrics,
+            Parts {
+                cache: cache.clone(),
+                queue: queue.clone(),
+                writer: Writer::new(client, metrics.clone()),
+                events,
+                metrics,
+            },
             Config {
                 max_endpoints_per_subset: 1000,
                 batch_period: Duration::ZERO,
@@ -496,7 +496,7 @@ mod review_tests {
         cache.services.write().upsert(Arc::new(svc("e").build()));
         assert!(c.sync_key(key).await.is_ok());
         assert_eq!(
-            c.metrics.api_writes("delete", "endpointslices"),
+            c.parts.metrics.api_writes("delete", "endpointslices"),
             1,
             "the mirrored slice was deleted"
         );

@@ -73,12 +73,6 @@ pub fn split_key(key: &str) -> (&str, &str) {
 pub async fn worker<S: Syncer>(syncer: Arc<S>, queue: Arc<WorkQueue<String>>, metrics: Metrics) {
     let labels = QueueLabels { name: S::QUEUE };
     while let Some(key) = queue.next().await {
-        let (ready, waiting, _) = queue.depth();
-        metrics
-            .queue()
-            .depth
-            .get_or_create(&labels)
-            .set(i64::try_from(ready + waiting).unwrap_or(i64::MAX));
         let start = Instant::now();
         let span = info_span!("sync", controller = S::QUEUE, key = %key);
         let result = syncer.sync(&key).instrument(span).await;
@@ -136,30 +130,13 @@ pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Queues `key` now and counts the add.
-pub fn enqueue(queue: &WorkQueue<String>, metrics: &Metrics, name: &'static str, key: String) {
-    metrics
-        .queue()
-        .adds
-        .get_or_create(&QueueLabels { name })
-        .inc();
-    queue.add(key);
-}
-
-/// Queues `key` after `delay` and counts the add.
-pub fn enqueue_after(
-    queue: &WorkQueue<String>,
-    metrics: &Metrics,
-    name: &'static str,
-    key: String,
-    delay: std::time::Duration,
-) {
-    metrics
-        .queue()
-        .adds
-        .get_or_create(&QueueLabels { name })
-        .inc();
-    queue.add_after(key, delay);
+/// The metrics a controller's queue reports into.
+pub fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queue::QueueGauges {
+    let labels = QueueLabels { name };
+    super::queue::QueueGauges {
+        depth: metrics.queue().depth.get_or_create(&labels).clone(),
+        adds: metrics.queue().adds.get_or_create(&labels).clone(),
+    }
 }
 
 /// Building blocks for the controllers' unit tests: a client that fails every
