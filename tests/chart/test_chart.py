@@ -316,14 +316,13 @@ def grants(rule_list: list[dict]) -> set[tuple]:
 def test_cluster_role_is_exactly_what_the_code_uses():
     def g(group, resources, verbs, names=()):
         return {(group, r, v, tuple(names)) for r in resources for v in verbs}
-    read = ["get", "list", "watch"]
+    read = ["list", "watch"]
     expected = (g("", ["services", "pods", "nodes"], read)
                 | g("", ["endpoints"], read + ["create", "update", "delete"])
                 | g("discovery.k8s.io", ["endpointslices"], read + ["create", "update", "delete"])
                 | g("events.k8s.io", ["events"], ["create", "patch"])
-                | g("", ["events"], ["create", "patch"])
-                | g("networking.k8s.io", ["ipaddresses", "servicecidrs"], read)
-                | g("svcplane.io", ["allocationclaims"], read + ["create", "delete"])
+                | g("networking.k8s.io", ["ipaddresses"], read)
+                | g("svcplane.io", ["allocationclaims"], ["get"] + read + ["create", "delete"])
                 | g("apiextensions.k8s.io", ["customresourcedefinitions"], ["get"],
                     ["allocationclaims.svcplane.io"]))
     assert grants(rules(objects("default"), "ClusterRole")) == expected
