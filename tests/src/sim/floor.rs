@@ -209,48 +209,81 @@ fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key
     }
 }
 
-/// S1's CPU target, part by part (see [`Budget`]): every Pod decoded from its JSON and
-/// stripped to the cached form, one pure plan from `start` to `end`, every planned
-/// object encoded. Wall time of each part on this (single) thread.
+/// S1's CPU target, part by part (see [`Budget`]), done the runtime's way on this
+/// one thread: every Pod decoded from its JSON bytes, stripped and inserted into an
+/// indexed `PodStore` (what the Pod watch does); for every Service of `end`, its Pods
+/// from the label index and the EndpointSlice (with topology hints where enabled) and
+/// Endpoints reconcilers against the
+/// slices and Endpoints of `start` (what the two controllers' syncs do); every write's
+/// object encoded to JSON (what the client sends).
 pub fn budget(fake: &FakeApi, start: &Snapshot, end: &Snapshot) -> Budget {
     use k8s_openapi::api::core::v1::Pod;
-    use svcplane_controller::plan::output::Object;
-    use svcplane_controller::shell::cache::strip;
+    use svcplane_controller::core::endpoints::{self as eps, EndpointsWrite};
+    use svcplane_controller::core::endpointslice::{self as es, Outcome, SliceWrite};
+    use svcplane_controller::core::topology::TopologyPolicy;
+    use svcplane_controller::shell::cache::{PodStore, Store, strip};
     let docs: Vec<Vec<u8>> = fake
         .list_json("v1/pods", None)
         .iter()
         .filter_map(|v| serde_json::to_vec(v).ok())
         .collect();
     let t = std::time::Instant::now();
-    let cached: Vec<_> = docs
-        .iter()
-        .filter_map(|d| serde_json::from_slice::<Pod>(d).ok())
-        .map(strip::pod)
-        .collect();
+    let mut store = PodStore::default();
+    for d in &docs {
+        if let Ok(pod) = serde_json::from_slice::<Pod>(d) {
+            store.upsert(Arc::new(strip::pod(pod)));
+        }
+    }
     let decode = t.elapsed().as_secs_f64();
-    drop(cached);
-    let combined = Snapshot {
-        services: end.services.clone(),
-        pods: end.pods.clone(),
-        nodes: end.nodes.clone(),
-        endpoint_slices: start.endpoint_slices.clone(),
-        endpoints: start.endpoints.clone(),
-    };
+    drop(docs);
+
     let t = std::time::Instant::now();
-    let actions = plan_actions(
-        &combined,
-        vec![Controller::EndpointSlice, Controller::Endpoints],
-    );
+    let mut topology = TopologyPolicy::from_nodes(end.nodes.values().map(Arc::as_ref));
+    let mut slices = Vec::new();
+    let mut endpoints = Vec::new();
+    for (key, service) in &end.services {
+        let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
+        let pods = store.selected(&key.namespace, selector);
+        let existing: Vec<_> = namespace_of(&start.endpoint_slices, &key.namespace)
+            .into_values()
+            .collect();
+        let inputs = es::Inputs {
+            service,
+            pods: &pods,
+            nodes: &end.nodes,
+            existing: &existing,
+            trigger_time: None,
+            max_endpoints_per_slice:
+                svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+        };
+        if let Outcome::Planned(plan) = es::reconcile_with_hints(&inputs, &mut topology) {
+            slices.extend(plan.writes().filter_map(|w| match w {
+                SliceWrite::Create(s) | SliceWrite::Update(s) => Some(s),
+                SliceWrite::Delete(_) => None,
+            }));
+        }
+        let inputs = eps::Inputs {
+            namespace: &key.namespace,
+            name: &key.name,
+            service: Some(service),
+            pods: &pods,
+            existing: start.endpoints.get(key).map(Arc::as_ref),
+            trigger_time: None,
+        };
+        if let eps::Outcome::Planned(plan) = eps::reconcile(&inputs) {
+            endpoints.extend(plan.writes.into_iter().filter_map(|w| match w {
+                EndpointsWrite::Create(e) | EndpointsWrite::Update(e) => Some(e),
+                EndpointsWrite::Delete(_) => None,
+            }));
+        }
+    }
     let build = t.elapsed().as_secs_f64();
+
     let t = std::time::Instant::now();
-    let bytes: usize = actions
+    let bytes: usize = slices
         .iter()
-        .filter_map(|a| match &a.object {
-            Some(Object::EndpointSlice(s)) => serde_json::to_vec(s).ok(),
-            Some(Object::Endpoints(e)) => serde_json::to_vec(e).ok(),
-            Some(Object::Service(s)) => serde_json::to_vec(s).ok(),
-            None => None,
-        })
+        .filter_map(|s| serde_json::to_vec(s).ok())
+        .chain(endpoints.iter().filter_map(|e| serde_json::to_vec(e).ok()))
         .map(|b| b.len())
         .sum();
     let encode = t.elapsed().as_secs_f64();

@@ -46,6 +46,15 @@ pub struct CpuSplit {
 }
 
 impl CpuSplit {
+    /// The CPU between `earlier` and `self`.
+    pub fn since(&self, earlier: &CpuSplit) -> CpuSplit {
+        CpuSplit {
+            total: self.total - earlier.total,
+            fake: self.fake - earlier.fake,
+            sim: self.sim - earlier.sim,
+        }
+    }
+
     /// What is left for the runtime (controllers, caches, client).
     pub fn controllers(&self) -> f64 {
         (self.total - self.fake - self.sim).max(0.0)
@@ -97,7 +106,9 @@ impl Sim {
         }
     }
 
-    fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+    /// Runs simulator work (driver writes, mid-trace snapshots), timed so the CPU
+    /// figures leave it out of the runtime's share.
+    pub fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
         let start = std::time::Instant::now();
         let r = f();
         self.driver_nanos
@@ -168,8 +179,9 @@ impl Sim {
 
     /// Advances virtual time until the controllers are idle (started, nothing queued,
     /// waiting or in flight) and have not written for a quiet period. Fails after
-    /// `limit` of virtual time. Returns the time taken.
-    pub async fn settle(&self, limit: Duration) -> anyhow::Result<Duration> {
+    /// `limit` of virtual time. Returns when the controllers last wrote (the call's
+    /// start if they did not).
+    pub async fn settle(&self, limit: Duration) -> anyhow::Result<Instant> {
         let quiet = Duration::from_secs(3);
         let start = Instant::now();
         let mut last = self.controller_writes();
@@ -186,7 +198,7 @@ impl Sim {
                 None => true,
             };
             if idle && quiet_since.elapsed() >= quiet {
-                return Ok(start.elapsed() - quiet.min(start.elapsed()));
+                return Ok(quiet_since);
             }
             if start.elapsed() > limit {
                 bail!("not settled after {limit:?} of virtual time ({writes} controller writes)");

@@ -18,6 +18,8 @@ pub struct Phase {
     pub floor: Floor,
     /// Whether the trace expects the phase to move no allocation (floor 0, no write).
     pub expect_noop: bool,
+    /// Runtime CPU seconds during the phase (process minus fake and simulator).
+    pub runtime_cpu: f64,
 }
 
 /// One run of a trace (S2 has one per batch period).
@@ -35,7 +37,7 @@ pub struct Run {
     pub phases: Vec<Phase>,
     pub latency: LatencySummary,
     pub cpu: CpuSplit,
-    /// Virtual time from the first transition to settled.
+    /// Virtual time from the trace's first change to the controllers' last write.
     pub virtual_time: Duration,
     pub pods: usize,
     pub slices: usize,
@@ -102,7 +104,7 @@ impl Report {
         let mut t = Table::new(self.runs.iter().map(|r| r.label.clone()).collect());
         let each = |f: &dyn Fn(&Run) -> String| self.runs.iter().map(f).collect::<Vec<_>>();
         t.row(
-            "virtual time, first change to settled",
+            "virtual time, first change to last write",
             each(&|r| dur(r.virtual_time)),
         );
         t.row(
@@ -173,11 +175,18 @@ impl Report {
             .unwrap_or_default();
         for (i, name) in phase_names.iter().enumerate() {
             t.row(
-                &format!("  {name}: writes / floor"),
+                &format!("  {name}: writes / floor (runtime CPU)"),
                 each(&|r| {
                     r.phases
                         .get(i)
-                        .map(|p| format!("{} / {}", p.writes, p.floor.total()))
+                        .map(|p| {
+                            format!(
+                                "{} / {} ({:.2} s)",
+                                p.writes,
+                                p.floor.total(),
+                                p.runtime_cpu
+                            )
+                        })
                         .unwrap_or_default()
                 }),
             );
@@ -239,7 +248,7 @@ impl Report {
         );
         if let Some(b) = &self.budget {
             t.row(
-                "target work alone: decode Pods / build / encode",
+                "cold-start work alone: decode Pods / build / encode",
                 vec![format!(
                     "{:.2} + {:.2} + {:.2} = {:.2}",
                     b.decode,

@@ -215,8 +215,8 @@ async fn cold_start(config: &Config) -> anyhow::Result<Report> {
     drop(pods);
     let t0 = Instant::now();
     sim.start_controllers();
-    sim.settle(LIMIT).await?;
-    let elapsed = t0.elapsed();
+    let last_write = sim.settle(LIMIT).await?;
+    let elapsed = last_write.saturating_duration_since(t0);
     let (run, end) = finish(
         &mut sim,
         &format!("batch {}", dur(batch)),
@@ -384,8 +384,8 @@ async fn rolling_update_run(
             new_ready += 1;
         }
     }
-    sim.settle(LIMIT).await?;
-    let elapsed = t0.elapsed();
+    let last_write = sim.settle(LIMIT).await?;
+    let elapsed = last_write.saturating_duration_since(t0);
     let (run, _) = finish(
         &mut sim,
         &format!("batch {}", dur(batch)),
@@ -405,8 +405,16 @@ async fn rolling_update_run(
 const S3_CPU: [u64; 5] = [4000, 8000, 16_000, 8000, 4000];
 
 /// One S3 phase as recorded during the run: name, whether it must be a no-op, the
-/// slices and Endpoints at its start, the Nodes at its end, its writes.
-type PhaseMark = (String, bool, Snapshot, BTreeMap<String, Arc<Node>>, u64);
+/// slices and Endpoints at its start, the Nodes at its end, its writes
+/// and the runtime's CPU seconds during it.
+type PhaseMark = (
+    String,
+    bool,
+    Snapshot,
+    BTreeMap<String, Arc<Node>>,
+    u64,
+    f64,
+);
 
 fn typed_nodes(nodes: &[NodeSpec]) -> BTreeMap<String, Arc<Node>> {
     nodes
@@ -460,22 +468,28 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     // (name, expect no-op, endpoint state at its start, Nodes at its end, writes)
     let mut marks: Vec<PhaseMark> = Vec::new();
     let mut written = endpoint_writes(&sim.controller_stats());
+    let mut cpu = sim.cpu();
     marks.push((
         "cold start with hints".into(),
         false,
         empty,
-        typed_nodes(&nodes),
+        sim.timed(|| typed_nodes(&nodes)),
         written,
+        cpu.controllers(),
     ));
     let mut phase = |name: &str, noop: bool, start: Snapshot, nodes: &[NodeSpec], sim: &Sim| {
         let now = endpoint_writes(&sim.controller_stats());
         let w = now - written;
         written = now;
-        (name.to_owned(), noop, start, typed_nodes(nodes), w)
+        let cpu_now = sim.cpu();
+        let runtime = cpu_now.since(&cpu).controllers();
+        cpu = cpu_now;
+        let nodes = sim.timed(|| typed_nodes(nodes));
+        (name.to_owned(), noop, start, nodes, w, runtime)
     };
 
     // 1. Add Nodes to zone-a.
-    let start_state = floor::endpoint_state(&sim.fake);
+    let start_state = sim.timed(|| floor::endpoint_state(&sim.fake));
     let first_new = nodes.len();
     for i in 0..added_n {
         let index = first_new + i;
@@ -495,7 +509,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     marks.push(phase(&name, false, start_state, &nodes, &sim));
 
     // 2. One Node's CPU changes a little: no zone's ratio moves enough to matter.
-    let start_state = floor::endpoint_state(&sim.fake);
+    let start_state = sim.timed(|| floor::endpoint_state(&sim.fake));
     if let Some(n) = nodes.get_mut(1) {
         n.cpu_millis += 250;
         sim.put(&n.to_json())?;
@@ -510,7 +524,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     ));
 
     // 3. Every Node's kubelet heartbeat (status churn that changes nothing read).
-    let start_state = floor::endpoint_state(&sim.fake);
+    let start_state = sim.timed(|| floor::endpoint_state(&sim.fake));
     let now = secs_since(origin);
     for n in &mut nodes {
         n.heartbeat = now;
@@ -530,7 +544,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     //    zone-c's hints exceed what zone-c may keep, so allocations must move. (A
     //    change of allocatable CPU alone would not do: upstream, and svcplane, do not
     //    recompute topology on it, see the report.)
-    let start_state = floor::endpoint_state(&sim.fake);
+    let start_state = sim.timed(|| floor::endpoint_state(&sim.fake));
     let first_new = nodes.len();
     for i in 0..2 * (nodes_n / cluster::ZONES.len()) {
         let index = first_new + i;
@@ -545,14 +559,14 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
         sim.put(&n.to_json())?;
         nodes.push(n);
     }
-    sim.settle(LIMIT).await?;
+    let last_write = sim.settle(LIMIT).await?;
     let name = format!(
         "+{} 16-core Nodes in zone-e (overload rule)",
         nodes.len() - first_new
     );
     marks.push(phase(&name, false, start_state, &nodes, &sim));
 
-    let elapsed = t0.elapsed();
+    let elapsed = last_write.saturating_duration_since(t0);
     let empty = Snapshot::default();
     let (mut run, end) = finish(
         &mut sim,
@@ -567,7 +581,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     // Services and Pods (unchanged by the Node phases) on the Nodes as the phase left them.
     run.phases = marks
         .into_iter()
-        .map(|(name, expect_noop, state, nodes, writes)| {
+        .map(|(name, expect_noop, state, nodes, writes, runtime_cpu)| {
             let phase_end = Snapshot {
                 services: end.services.clone(),
                 pods: end.pods.clone(),
@@ -579,10 +593,13 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
                 writes,
                 floor: floor::floor(&state, &phase_end),
                 expect_noop,
+                runtime_cpu,
             }
         })
         .collect();
     memory.bytes_per_cached_pod = measure::bytes_per_cached_pod(config.heap, &sim.fake);
+    // The cold start's share of the work, measured alone (on the final Nodes).
+    let budget = Some(floor::budget(&sim.fake, &Snapshot::default(), &end));
     Ok(Report {
         title: Trace::Topology.title().into(),
         setup: format!(
@@ -594,7 +611,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
         runs: vec![run],
         memory,
         setup_cpu,
-        budget: None,
+        budget,
     })
 }
 
@@ -662,6 +679,8 @@ async fn node_failure(config: &Config) -> anyhow::Result<Report> {
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
+    let by_app: BTreeMap<&str, &ServiceSpec> =
+        services.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut due: BinaryHeap<Reverse<(Instant, Step)>> = BinaryHeap::new();
     let mut affected = 0usize;
     for (i, p) in pods.iter().enumerate() {
@@ -689,9 +708,9 @@ async fn node_failure(config: &Config) -> anyhow::Result<Report> {
             }
             Step::Evict(i) => {
                 sim.delete_pod(key(&pods[i]));
-                let service = services
-                    .iter()
-                    .find(|s| s.name == pods[i].app && s.namespace == pods[i].namespace)
+                let service = by_app
+                    .get(pods[i].app.as_str())
+                    .copied()
                     .context("a Pod's Service")?;
                 let node = &nodes[healthy[rng.below(healthy.len())]].name;
                 let p = factory.make(service, "7d9c8b6f5", node, false, now);
@@ -710,8 +729,8 @@ async fn node_failure(config: &Config) -> anyhow::Result<Report> {
             }
         }
     }
-    sim.settle(LIMIT).await?;
-    let elapsed = t0.elapsed();
+    let last_write = sim.settle(LIMIT).await?;
+    let elapsed = last_write.saturating_duration_since(t0);
     let (run, _) = finish(
         &mut sim,
         &format!("batch {}", dur(batch)),
