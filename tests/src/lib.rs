@@ -5,6 +5,7 @@
 //!   `tests/tests/run_scenarios.rs`);
 //! - [`run_env`]: `svcplane run`'s machinery in-process, settling and the
 //!   "exactly the desired state" check;
+//! - [`sim`]: the workload simulator behind the `simulate` bench binary (issue 10);
 //! - [`webhook_env`]: certificates, the AllocationClaim CRD, webhook
 //!   configurations and `kubectl` for running svcplane's webhook beside a real API
 //!   server (`tests/tests/e2e_webhook.rs`).
@@ -24,4 +25,5 @@ pub mod fake_api;
 pub mod normalize;
 pub mod objects;
 pub mod run_env;
+pub mod sim;
 pub mod webhook_env;

@@ -16,6 +16,9 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
+/// Float rounding slack when refilling tokens (see `RateLimited::try_take`).
+const TOKEN_EPSILON: f64 = 1e-9;
+
 /// Limits requests to `qps` per second on average with bursts of `burst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitLayer {
@@ -75,10 +78,12 @@ impl<S> RateLimited<S> {
             self.tokens = (self.tokens + refill).min(self.burst);
         }
         self.last = Some(now);
-        // Refills accumulate float error (0.9999999999999969 tokens): within a
-        // millionth of a token counts as whole, and a wait is at least a millisecond,
-        // so the limiter can never spin on a zero-length sleep.
-        if self.tokens >= 1.0 - 1e-6 {
+        // Waiting exactly the time a token takes can refill to 0.9999999999999999
+        // (float rounding), whose remaining wait rounds to 0 ns: on a paused clock
+        // time never moves while `poll_ready` retries, so it would spin forever. A
+        // token short by less than `TOKEN_EPSILON` counts as whole, and a wait is at
+        // least a millisecond.
+        if self.tokens >= 1.0 - TOKEN_EPSILON {
             self.tokens = (self.tokens - 1.0).max(0.0);
             Ok(())
         } else {
@@ -157,6 +162,20 @@ mod tests {
         // 20 more at 20 qps take one second.
         let last = times[49].as_secs_f64();
         assert!((0.95..=1.05).contains(&last), "last request at {last}s");
+    }
+
+    /// Refilling for exactly the wait a fractional token needs can fall short of a
+    /// whole token by rounding; the limiter must take it rather than ask for a 0 ns
+    /// wait, which a paused clock never satisfies (`poll_ready` spun forever).
+    #[tokio::test(start_paused = true)]
+    async fn a_refill_short_by_rounding_still_yields_the_token() {
+        let mut svc = RateLimited::new(Echo, 20.0, 30);
+        let now = Instant::now();
+        svc.tokens = 0.00008;
+        svc.last = Some(now);
+        let wait = Duration::from_secs_f64((1.0 - svc.tokens) / svc.qps);
+        assert_eq!(svc.try_take(now + wait), Ok(()));
+        assert!(svc.tokens >= 0.0);
     }
 
     #[tokio::test(start_paused = true)]
