@@ -14,19 +14,89 @@ pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
     Client::try_from(load_config(kubeconfig).await?).context("building the API client")
 }
 
-/// As [`connect`], with every request limited to `qps` per second on average and
-/// bursts of `burst` (`--kube-api-qps`, `--kube-api-burst`).
+/// The API clients of one process, one per user. kube-controller-manager gives every
+/// controller its own client, and so its own `--kube-api-qps`/`--kube-api-burst`
+/// budget, and its informers another; `svcplane run` does the same, so the same flags
+/// allow the same request rates.
+#[derive(Clone)]
+pub struct Clients(std::sync::Arc<dyn Fn(&'static str) -> Client + Send + Sync>);
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clients")
+    }
+}
+
+/// The users `svcplane run` asks [`Clients`] for.
+pub mod users {
+    /// Watches and lists of the controllers' caches.
+    pub const INFORMERS: &str = "informers";
+    pub const ENDPOINTSLICE: &str = "endpointslice-controller";
+    pub const ENDPOINTS: &str = "endpoint-controller";
+    pub const MIRRORING: &str = "endpointslice-mirroring-controller";
+    /// The event recorder (events of every controller and the allocator repair).
+    pub const EVENTS: &str = "events";
+    pub const LEADER_ELECTION: &str = "leader-election";
+    /// The admission webhook's watches and claims.
+    pub const WEBHOOK: &str = "webhook";
+    pub const ALL: &[&str] = &[
+        INFORMERS,
+        ENDPOINTSLICE,
+        ENDPOINTS,
+        MIRRORING,
+        EVENTS,
+        LEADER_ELECTION,
+        WEBHOOK,
+    ];
+}
+
+impl Clients {
+    /// A client per user from `make`.
+    pub fn per_user(make: impl Fn(&'static str) -> Client + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(make))
+    }
+
+    /// One client for every user (tests).
+    pub fn shared(client: Client) -> Self {
+        Self::per_user(move |_| client.clone())
+    }
+
+    pub fn get(&self, user: &'static str) -> Client {
+        (self.0)(user)
+    }
+}
+
+impl From<Client> for Clients {
+    fn from(client: Client) -> Self {
+        Self::shared(client)
+    }
+}
+
+/// As [`connect`], one client per user of [`users::ALL`], each limited to `qps`
+/// requests per second on average with bursts of `burst` (`--kube-api-qps`,
+/// `--kube-api-burst`).
 pub async fn connect_limited(
     kubeconfig: Option<&Path>,
     qps: f64,
     burst: u32,
-) -> anyhow::Result<Client> {
+) -> anyhow::Result<Clients> {
     let config = load_config(kubeconfig).await?;
-    let builder =
-        kube::client::ClientBuilder::try_from(config).context("building the API client")?;
-    Ok(builder
-        .with_layer(&crate::shell::ratelimit::RateLimitLayer::new(qps, burst))
-        .build())
+    let mut made = std::collections::HashMap::new();
+    for user in users::ALL {
+        let builder = kube::client::ClientBuilder::try_from(config.clone())
+            .context("building the API client")?;
+        let client = builder
+            .with_layer(&crate::shell::ratelimit::RateLimitLayer::new(qps, burst))
+            .build();
+        made.insert(*user, client);
+    }
+    let fallback = made
+        .get(users::INFORMERS)
+        .cloned()
+        .context("no informer client was built")?;
+    Ok(Clients::per_user(move |user| {
+        made.get(user).cloned().unwrap_or_else(|| fallback.clone())
+    }))
 }
 
 async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {

@@ -28,7 +28,7 @@ use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
 use crate::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
-use crate::kube_client;
+use crate::kube_client::{self, Clients, users};
 use crate::leader::{self, LeaderElector};
 use crate::shell::admin;
 use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
@@ -304,20 +304,21 @@ async fn wait_for_api(client: &Client, shutdown: &CancellationToken) -> bool {
 
 /// Runs until `shutdown` fires (Ok) or leadership is lost (Err).
 pub async fn run(
-    client: Client,
+    clients: impl Into<Clients>,
     options: RunOptions,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    run_with_handle(client, options, shutdown, Arc::new(RunHandle::default())).await
+    run_with_handle(clients, options, shutdown, Arc::new(RunHandle::default())).await
 }
 
 /// As [`run`], publishing the running pieces into `handle`.
 pub async fn run_with_handle(
-    client: Client,
+    clients: impl Into<Clients>,
     options: RunOptions,
     shutdown: CancellationToken,
     handle: Arc<RunHandle>,
 ) -> Result<(), RunError> {
+    let clients: Clients = clients.into();
     let metrics = handle.metrics.clone();
     let api_ok = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The webhook side, if any: filled in once started, read by /readyz.
@@ -363,7 +364,7 @@ pub async fn run_with_handle(
     };
 
     let result = run_inner(
-        client,
+        clients,
         &options,
         &shutdown,
         &handle,
@@ -379,14 +380,15 @@ pub async fn run_with_handle(
 }
 
 async fn run_inner(
-    client: Client,
+    clients: Clients,
     options: &RunOptions,
     shutdown: &CancellationToken,
     handle: &Arc<RunHandle>,
     api_ok: &Arc<std::sync::atomic::AtomicBool>,
     webhook_state: &WebhookState,
 ) -> Result<(), RunError> {
-    if !wait_for_api(&client, shutdown).await {
+    let client = clients.get(users::WEBHOOK);
+    if !wait_for_api(&clients.get(users::INFORMERS), shutdown).await {
         return Ok(());
     }
     api_ok.store(true, std::sync::atomic::Ordering::Release);
@@ -421,7 +423,7 @@ async fn run_inner(
     let mut leadership = None;
     if let Some(l) = &options.leader {
         let elector = LeaderElector::new(leader::Config {
-            client: client.clone(),
+            client: clients.get(users::LEADER_ELECTION),
             namespace: l.namespace.clone(),
             name: l.name.clone(),
             identity: options.identity.clone(),
@@ -457,7 +459,7 @@ async fn run_inner(
         }
         info!(identity = %options.identity, "leading: starting controllers");
         let c = Arc::new(Controllers::start(
-            client.clone(),
+            &clients,
             options.controllers.clone(),
             metrics.clone(),
         ));
@@ -538,7 +540,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let options = RunOptions::from_args(args)?;
-        let client = kube_client::connect_limited(
+        let clients = kube_client::connect_limited(
             args.kubeconfig.as_deref(),
             args.kube_api_qps,
             args.kube_api_burst,
@@ -546,7 +548,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<()> {
         .await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(kube_client::cancel_on_signal(shutdown.clone()));
-        run(client, options, shutdown)
+        run(clients, options, shutdown)
             .await
             .map_err(anyhow::Error::from)
     })

@@ -34,6 +34,7 @@ use svcplane_controller::core::keys::ANNOTATION_TOPOLOGY_MODE;
 use svcplane_controller::core::pod::{PodView, find_port};
 use svcplane_controller::core::topology::TopologyPolicy;
 use svcplane_controller::core::trigger_time::TriggerTimeTracker;
+use svcplane_controller::shell::cache::watched_pod::WatchedPod;
 
 const LABEL_KEYS: &[&str] = &["app", "tier", "pod-template-hash"];
 const LABEL_VALUES: &[&str] = &["web", "fe", "x", ""];
@@ -477,6 +478,14 @@ proptest! {
         let after: Vec<Pod> = after.iter().enumerate().map(|(i, g)| build_pod(i, g)).collect();
         let (pods_before, cached_before) = both(&before);
         let (pods_after, cached_after) = both(&after);
+
+        // The runtime decodes watched Pods with only the fields it keeps: the same
+        // CachedPod as from the full Pod.
+        for (p, c) in after.iter().zip(&cached_after) {
+            let json = serde_json::to_string(p).unwrap();
+            let watched: WatchedPod = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(&CachedPod::from_pod(watched.0), c.as_ref());
+        }
 
         // The raw reads, and the Service ports each Pod resolves.
         for (p, c) in pods_after.iter().zip(&cached_after) {

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Client;
 use svcplane_allocator::AllocatorConfig;
 use svcplane_controller::cli::Controller;
 use svcplane_controller::core::endpoints::MAX_CAPACITY;
 use svcplane_controller::core::endpointslice::{CONTROLLER_NAME, DEFAULT_MAX_ENDPOINTS_PER_SLICE};
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use svcplane_controller::kube_client::Clients;
 use svcplane_controller::plan::snapshot::{Key, Snapshot};
 use svcplane_controller::plan::{PlanOptions, plan};
 use svcplane_controller::run_cmd::{RunError, RunHandle, RunOptions, run_with_handle};
@@ -52,11 +52,13 @@ pub struct Instance {
 }
 
 impl Instance {
-    pub fn start(client: Client, options: RunOptions) -> Self {
+    /// Starts `svcplane run` on `clients` (one `kube::Client` for every user, or
+    /// [`Clients::per_user`]).
+    pub fn start(clients: impl Into<Clients>, options: RunOptions) -> Self {
         let handle = Arc::new(RunHandle::default());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(run_with_handle(
-            client,
+            clients.into(),
             options,
             shutdown.clone(),
             handle.clone(),

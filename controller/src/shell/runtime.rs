@@ -9,15 +9,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
 use kube::runtime::watcher;
-use kube::{Api, Client};
+
+use crate::kube_client::{Clients, users};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::apply::Writer;
+use super::cache::watched_pod::WatchedPod;
 use super::cache::{Cache, Store, strip};
 use super::controllers::dispatch::Dispatch;
 use super::controllers::endpoints::{self as ep, EndpointsController};
@@ -116,43 +119,57 @@ fn watch_config(page_size: u32) -> watcher::Config {
 
 impl Controllers {
     /// Starts watches, and workers once the caches are synced. Returns at once.
-    pub fn start(client: Client, options: ControllerOptions, metrics: Metrics) -> Self {
+    pub fn start(clients: &Clients, options: ControllerOptions, metrics: Metrics) -> Self {
+        let client = clients.get(users::INFORMERS);
         let cache = Arc::new(Cache::default());
         let stop = CancellationToken::new();
         let stop_events = CancellationToken::new();
         let (events, events_task) = EventRecorder::start(
-            client.clone(),
+            clients.get(users::EVENTS),
             options.identity.clone(),
             metrics.clone(),
             stop_events.clone(),
         );
-        let writer = Writer::new(client.clone(), metrics.clone());
         let on = options.enabled;
-        let parts = |limit, name| Parts {
+        // Every controller writes through its own client (its own QPS budget), as in
+        // kube-controller-manager.
+        let parts = |limit, name, user| Parts {
             cache: cache.clone(),
             queue: Arc::new(
                 WorkQueue::new(limit, stop.clone()).with_gauges(queue_gauges(&metrics, name)),
             ),
-            writer: writer.clone(),
+            writer: Writer::new(clients.get(user), metrics.clone()),
             events: events.clone(),
             metrics: metrics.clone(),
         };
 
         let endpoint_slice = on.endpoint_slice.then(|| {
             Arc::new(EndpointSliceController::new(
-                parts(RateLimit::ENDPOINT_SLICE, EndpointSliceController::QUEUE),
+                parts(
+                    RateLimit::ENDPOINT_SLICE,
+                    EndpointSliceController::QUEUE,
+                    users::ENDPOINTSLICE,
+                ),
                 options.endpoint_slice,
             ))
         });
         let endpoints = on.endpoints.then(|| {
             Arc::new(EndpointsController::new(
-                parts(RateLimit::ENDPOINTS, EndpointsController::QUEUE),
+                parts(
+                    RateLimit::ENDPOINTS,
+                    EndpointsController::QUEUE,
+                    users::ENDPOINTS,
+                ),
                 options.endpoints,
             ))
         });
         let mirroring = on.mirroring.then(|| {
             Arc::new(MirroringController::new(
-                parts(RateLimit::MIRRORING, MirroringController::QUEUE),
+                parts(
+                    RateLimit::MIRRORING,
+                    MirroringController::QUEUE,
+                    users::MIRRORING,
+                ),
                 options.mirroring,
             ))
         });
@@ -199,11 +216,12 @@ impl Controllers {
             );
         }
         if needs_pods {
+            // Decoded straight into the kept fields (see `watched_pod`).
             watch!(
                 "pods",
-                Api::<Pod>::all(client.clone()),
+                Api::<WatchedPod>::all(client.clone()),
                 pods,
-                strip::pod,
+                strip::watched_pod,
                 pod
             );
         }

@@ -217,10 +217,10 @@ fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key
 /// slices and Endpoints of `start` (what the two controllers' syncs do); every write's
 /// object encoded to JSON (what the client sends).
 pub fn budget(fake: &FakeApi, start: &Snapshot, end: &Snapshot) -> Budget {
-    use k8s_openapi::api::core::v1::Pod;
     use svcplane_controller::core::endpoints::{self as eps, EndpointsWrite};
     use svcplane_controller::core::endpointslice::{self as es, Outcome, SliceWrite};
     use svcplane_controller::core::topology::TopologyPolicy;
+    use svcplane_controller::shell::cache::watched_pod::WatchedPod;
     use svcplane_controller::shell::cache::{PodStore, Store, strip};
     let docs: Vec<Vec<u8>> = fake
         .list_json("v1/pods", None)
@@ -230,8 +230,8 @@ pub fn budget(fake: &FakeApi, start: &Snapshot, end: &Snapshot) -> Budget {
     let t = std::time::Instant::now();
     let mut store = PodStore::default();
     for d in &docs {
-        if let Ok(pod) = serde_json::from_slice::<Pod>(d) {
-            store.upsert(Arc::new(strip::pod(pod)));
+        if let Ok(pod) = serde_json::from_slice::<WatchedPod>(d) {
+            store.upsert(Arc::new(strip::watched_pod(pod)));
         }
     }
     let decode = t.elapsed().as_secs_f64();

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use svcplane_controller::kube_client::Clients;
 use svcplane_controller::run_cmd::RunOptions;
 use svcplane_controller::shell::ratelimit::RateLimitLayer;
 use tokio::task::JoinHandle;
@@ -159,17 +160,26 @@ impl Sim {
     /// Starts the controllers: every controller, no webhook, no leader election, the
     /// tuning's batch period, behind the QPS limit.
     pub fn start_controllers(&mut self) {
-        let service = tower::ServiceBuilder::new()
-            .layer(RateLimitLayer::new(self.tuning.qps, self.tuning.burst))
-            .layer(CountLayer(self.controller_traffic.clone()))
-            .service(self.fake.service());
-        let client = kube::Client::new(service, "default");
+        // One client per user, each with its own QPS bucket (as svcplane run and
+        // kube-controller-manager build them), all counted together.
+        let (fake, traffic, tuning) = (
+            self.fake.clone(),
+            self.controller_traffic.clone(),
+            self.tuning,
+        );
+        let clients = Clients::per_user(move |_user| {
+            let service = tower::ServiceBuilder::new()
+                .layer(RateLimitLayer::new(tuning.qps, tuning.burst))
+                .layer(CountLayer(traffic.clone()))
+                .service(fake.service());
+            kube::Client::new(service, "default")
+        });
         let mut options: RunOptions = run_env::options();
         let c = &mut options.controllers;
         c.endpoint_slice.batch_period = self.tuning.batch_period;
         c.endpoints.batch_period = self.tuning.batch_period;
         c.mirroring.batch_period = self.tuning.batch_period;
-        self.instance = Some(Instance::start(client, options));
+        self.instance = Some(Instance::start(clients, options));
     }
 
     /// Object writes by the controllers so far (Events included).

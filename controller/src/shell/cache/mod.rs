@@ -4,6 +4,7 @@
 //! - [`strip`]: what each store keeps of an object;
 //! - [`nsmap`]: namespaced objects sorted by name;
 //! - [`index`]: label indexes (Pods by label, Services by one selector pair);
+//! - [`watched_pod`]: decoding watched Pods straight into the fields kept;
 //! - this module: the stores and [`Cache`], which the watches fill and the
 //!   controllers read.
 //!
@@ -14,6 +15,7 @@
 pub mod index;
 pub mod nsmap;
 pub mod strip;
+pub mod watched_pod;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

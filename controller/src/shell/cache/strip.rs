@@ -23,6 +23,11 @@ pub fn pod(pod: Pod) -> CachedPod {
     CachedPod::from_pod(pod)
 }
 
+/// A watched Pod (decoded with only the fields kept) as the caches hold it.
+pub fn watched_pod(pod: super::watched_pod::WatchedPod) -> CachedPod {
+    CachedPod::from_pod(pod.0)
+}
+
 /// Services: spec and metadata are read (selectors, ports, families, annotations for
 /// topology, ClusterIPs for the allocator repair); status is not. The last-applied
 /// annotation is a copy of the spec and is never read.
