@@ -8,20 +8,16 @@
 //! (`svcplane plan`'s code path) and fails on any write they would still make, and on
 //! duplicate endpoints, over-full slices or over-full Endpoints.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use svcplane_allocator::AllocatorConfig;
-use svcplane_controller::cli::Controller;
-use svcplane_controller::core::endpoints::MAX_CAPACITY;
-use svcplane_controller::core::endpointslice::{CONTROLLER_NAME, DEFAULT_MAX_ENDPOINTS_PER_SLICE};
-use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
 use svcplane_controller::kube_client::Clients;
 use svcplane_controller::plan::snapshot::{Key, Snapshot};
-use svcplane_controller::plan::{PlanOptions, plan};
 use svcplane_controller::run_cmd::{RunError, RunHandle, RunOptions, run_with_handle};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -171,79 +167,8 @@ pub fn snapshot(fake: &FakeApi) -> Snapshot {
 /// writes nothing, no endpoint is in two slices of one Service, address type and port
 /// group, no slice holds more than `max_per_slice`, no Endpoints more than 1000.
 pub fn assert_converged(fake: &FakeApi, max_per_slice: usize) {
-    let snap = snapshot(fake);
-    let doc = plan(
-        &snap,
-        &PlanOptions {
-            controllers: vec![
-                Controller::EndpointSlice,
-                Controller::Endpoints,
-                Controller::EndpointSliceMirroring,
-            ],
-            max_endpoints_per_slice: max_per_slice,
-            allocator: allocator(),
-        },
-    );
-    let pending: Vec<String> = doc
-        .actions
-        .iter()
-        .map(|a| {
-            format!(
-                "{} {:?} {}/{}",
-                a.controller,
-                a.verb,
-                a.namespace,
-                a.name.as_deref().unwrap_or("<generated>")
-            )
-        })
-        .collect();
-    assert!(
-        pending.is_empty(),
-        "not converged; a re-plan still writes: {pending:#?}"
-    );
-    let mut seen: BTreeSet<(String, String, String, String, String)> = BTreeSet::new();
-    for s in snap.endpoint_slices.values() {
-        let labels = s.metadata.labels.clone().unwrap_or_default();
-        if labels.get(LABEL_MANAGED_BY).map(String::as_str) != Some(CONTROLLER_NAME) {
-            continue;
-        }
-        assert!(
-            s.endpoints.len() <= max_per_slice,
-            "slice {:?} holds {} endpoints (max {max_per_slice})",
-            s.metadata.name,
-            s.endpoints.len()
-        );
-        let ports = serde_json::to_string(&s.ports).unwrap_or_default();
-        for e in &s.endpoints {
-            let id = (
-                s.metadata.namespace.clone().unwrap_or_default(),
-                labels.get(LABEL_SERVICE_NAME).cloned().unwrap_or_default(),
-                format!("{}{ports}", s.address_type),
-                e.addresses.join(","),
-                e.target_ref
-                    .as_ref()
-                    .and_then(|r| r.name.clone())
-                    .unwrap_or_default(),
-            );
-            assert!(seen.insert(id.clone()), "duplicate endpoint {id:?}");
-        }
-    }
-    for e in snap.endpoints.values() {
-        let n: usize = e
-            .subsets
-            .iter()
-            .flatten()
-            .map(|s| {
-                s.addresses.as_ref().map_or(0, Vec::len)
-                    + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
-            })
-            .sum();
-        assert!(
-            n <= MAX_CAPACITY,
-            "Endpoints {:?} holds {n} addresses",
-            e.metadata.name
-        );
-    }
+    let problems = crate::sim::floor::check(&snapshot(fake), max_per_slice, 20);
+    assert!(problems.is_empty(), "not converged: {problems:#?}");
 }
 
 /// `assert_converged` at the default slice size.
