@@ -56,11 +56,14 @@ fn pod_json(i: usize) -> String {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary
+    // without it, as a quick check that it still works.
+    let full = std::env::args().any(|a| a == "--bench");
     let n: usize = std::env::args()
         .skip_while(|a| a != "--pods")
         .nth(1)
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+        .unwrap_or(if full { 100_000 } else { 1_000 });
     let docs: Vec<String> = (0..n).map(pod_json).collect();
     let json_bytes: usize = docs.iter().map(String::len).sum();
     let mut store = PodStore::default();
