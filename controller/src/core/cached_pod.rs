@@ -391,7 +391,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{Container, PodIP, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, PodIP, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use crate::core::fixtures::{epoch, pod};
@@ -415,17 +415,6 @@ mod tests {
             ports: Some(ports),
             restart_policy: restart.map(Into::into),
             ..Container::default()
-        }
-    }
-
-    fn with_containers(containers: Vec<Container>, init: Vec<Container>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers,
-                init_containers: Some(init),
-                ..PodSpec::default()
-            }),
-            ..Pod::default()
         }
     }
 
@@ -647,7 +636,7 @@ mod tests {
 
     #[test]
     fn regular_container_port_wins_over_sidecar_of_the_same_name() {
-        let p = with_containers(
+        let p = crate::core::fixtures::pod_with_containers(
             vec![container(vec![port(Some("metrics"), 7, None)], None)],
             vec![container(
                 vec![port(Some("metrics"), 9, None)],
@@ -661,7 +650,7 @@ mod tests {
 
     #[test]
     fn sidecar_ports_kept_plain_init_container_ports_dropped() {
-        let c = CachedPod::from(with_containers(
+        let c = CachedPod::from(crate::core::fixtures::pod_with_containers(
             vec![],
             vec![
                 container(vec![port(Some("setup"), 1, None)], None),
@@ -676,7 +665,7 @@ mod tests {
 
     #[test]
     fn unnamed_ports_are_dropped_empty_names_kept() {
-        let c = CachedPod::from(with_containers(
+        let c = CachedPod::from(crate::core::fixtures::pod_with_containers(
             vec![container(
                 vec![
                     port(None, 80, None),
@@ -695,7 +684,7 @@ mod tests {
 
     #[test]
     fn protocol_defaults_to_tcp_and_must_match() {
-        let p = with_containers(
+        let p = crate::core::fixtures::pod_with_containers(
             vec![container(
                 vec![
                     port(Some("dns"), 53, Some("UDP")),

@@ -297,6 +297,18 @@ impl PodBuilder {
     }
 }
 
+/// A bare Pod with just these containers and initContainers (for port lookups).
+pub fn pod_with_containers(containers: Vec<Container>, init: Vec<Container>) -> Pod {
+    Pod {
+        spec: Some(PodSpec {
+            containers,
+            init_containers: Some(init),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
 /// A ready Node in `zone` with `cpu` allocatable.
 pub fn node(name: &str, zone: Option<&str>) -> Node {
     Node {

@@ -422,17 +422,6 @@ mod tests {
         }
     }
 
-    fn pod_spec(containers: Vec<Container>, init: Vec<Container>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers,
-                init_containers: Some(init),
-                ..PodSpec::default()
-            }),
-            ..Pod::default()
-        }
-    }
-
     #[test]
     fn rule_1_3_integer_target_port_is_used_without_lookup() {
         let p = Pod::default();
@@ -448,7 +437,7 @@ mod tests {
 
     #[test]
     fn rule_1_3_named_port_matches_name_and_protocol_first_wins() {
-        let p = pod_spec(
+        let p = crate::core::fixtures::pod_with_containers(
             vec![
                 container(vec![port("http", 1, "UDP"), port("http", 2, "TCP")], None),
                 container(vec![port("http", 3, "TCP")], None),
@@ -466,17 +455,17 @@ mod tests {
     #[test]
     fn rule_1_3_sidecars_only_with_restart_policy_always_and_after_regular() {
         let sp = svc_port(IntOrString::String("metrics".into()), "TCP");
-        let plain_init = pod_spec(
+        let plain_init = crate::core::fixtures::pod_with_containers(
             vec![],
             vec![container(vec![port("metrics", 9, "TCP")], None)],
         );
         assert_eq!(find_port(&plain_init, &sp), None);
-        let sidecar = pod_spec(
+        let sidecar = crate::core::fixtures::pod_with_containers(
             vec![],
             vec![container(vec![port("metrics", 9, "TCP")], Some("Always"))],
         );
         assert_eq!(find_port(&sidecar, &sp), Some(9));
-        let both = pod_spec(
+        let both = crate::core::fixtures::pod_with_containers(
             vec![container(vec![port("metrics", 7, "TCP")], None)],
             vec![container(vec![port("metrics", 9, "TCP")], Some("Always"))],
         );
@@ -485,7 +474,10 @@ mod tests {
 
     #[test]
     fn rule_1_3_container_port_returned_as_is() {
-        let p = pod_spec(vec![container(vec![port("odd", -1, "TCP")], None)], vec![]);
+        let p = crate::core::fixtures::pod_with_containers(
+            vec![container(vec![port("odd", -1, "TCP")], None)],
+            vec![],
+        );
         let sp = svc_port(IntOrString::String("odd".into()), "TCP");
         assert_eq!(find_port(&p, &sp), Some(-1));
     }

@@ -102,6 +102,26 @@ async fn start_observer(sim: &mut Sim) {
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
+/// A cold start: the observer, every Pod of `pods` recorded as a "created ready"
+/// transition (none can be programmed before the controllers start, so its clock
+/// starts with them), then the controllers, settled. Returns when they started and
+/// when they last wrote.
+async fn program_existing_pods(
+    sim: &mut Sim,
+    pods: Vec<PodSpec>,
+) -> anyhow::Result<(Instant, Instant)> {
+    start_observer(sim).await;
+    sim.begin();
+    for p in &pods {
+        sim.transition(key(p), Want::Present { ready: true });
+    }
+    drop(pods);
+    let t0 = Instant::now();
+    sim.start_controllers();
+    let last_write = sim.settle(LIMIT).await?;
+    Ok((t0, last_write))
+}
+
 /// Ends a run: figures, the runtime's own heap (freed when it stops), then (with
 /// everything stopped) the floor from `start` and the correctness check.
 async fn finish(
@@ -205,17 +225,7 @@ async fn cold_start(config: &Config) -> anyhow::Result<Report> {
     let setup_cpu = measure::cpu_seconds().unwrap_or(0.0) - cpu0;
     let mut memory = memory_before(config.heap);
     let start = floor::endpoint_state(&sim.fake);
-    start_observer(&mut sim).await;
-    sim.begin();
-    // Every Pod is a "created ready" transition; none can be programmed before the
-    // controllers start, so its clock starts with them.
-    for p in &pods {
-        sim.transition(key(p), Want::Present { ready: true });
-    }
-    drop(pods);
-    let t0 = Instant::now();
-    sim.start_controllers();
-    let last_write = sim.settle(LIMIT).await?;
+    let (t0, last_write) = program_existing_pods(&mut sim, pods).await?;
     let elapsed = last_write.saturating_duration_since(t0);
     let (run, end) = finish(
         &mut sim,
@@ -455,15 +465,7 @@ async fn topology(config: &Config) -> anyhow::Result<Report> {
     let setup_cpu = measure::cpu_seconds().unwrap_or(0.0) - cpu0;
     let mut memory = memory_before(config.heap);
     let empty = floor::endpoint_state(&sim.fake);
-    start_observer(&mut sim).await;
-    sim.begin();
-    for p in &pods {
-        sim.transition(key(p), Want::Present { ready: true });
-    }
-    drop(pods);
-    let t0 = Instant::now();
-    sim.start_controllers();
-    sim.settle(LIMIT).await?;
+    let (t0, _) = program_existing_pods(&mut sim, pods).await?;
 
     // (name, expect no-op, endpoint state at its start, Nodes at its end, writes)
     let mut marks: Vec<PhaseMark> = Vec::new();
