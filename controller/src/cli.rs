@@ -50,6 +50,15 @@ pub struct WebhookArgs {
     #[command(flatten)]
     pub ranges: AllocatorRanges,
 
+    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SVCPLANE_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_bind_address: std::net::SocketAddr,
+
     /// Log line format.
     #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
     pub log_format: LogFormat,

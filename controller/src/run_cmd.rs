@@ -19,6 +19,7 @@ use anyhow::Context;
 use kube::Client;
 use svcplane_allocator::AllocatorConfig;
 use svcplane_webhook::handler::AdmissionHandler;
+use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::server::{ServerConfig, bind};
 use svcplane_webhook::shell::repair::RepairConfig;
 use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start_watches};
@@ -153,6 +154,8 @@ impl RunOptions {
                         interval: w.claim_repair_interval,
                         grace: w.claim_grace_period,
                     },
+                    // Replaced by the process' own counters when the webhook starts.
+                    metrics: WebhookMetrics::default(),
                 },
             })
         } else {
@@ -404,7 +407,9 @@ async fn run_inner(
         {
             warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
         }
-        let started = start_watches(client.clone(), w.options.clone(), webhook_watches.clone())
+        let mut webhook_options = w.options.clone();
+        webhook_options.metrics = metrics.webhook().clone();
+        let started = start_watches(client.clone(), webhook_options, webhook_watches.clone())
             .await
             .map_err(RunError::Webhook)?;
         let running = bind(started.webhook.clone(), w.server.clone(), shutdown.clone())
@@ -436,6 +441,10 @@ async fn run_inner(
         elector_task = Some(task);
     }
     let lease_name = options.leader.as_ref().map_or("", |l| l.name.as_str());
+    if options.leader.is_some() {
+        // Followers export the series too, at 0.
+        metrics.set_leader(lease_name, false);
+    }
 
     let mut outcome: Result<(), RunError> = Ok(());
     // Wait to lead (or lead at once without election).
@@ -465,8 +474,9 @@ async fn run_inner(
         ));
         *handle.slot() = Arc::downgrade(&c);
         controllers = Some(c);
-        if let (Some((started, _)), true) = (&webhook, options.controllers.enabled.allocator_repair)
-        {
+        // Claim repair belongs to the webhook, not to the `allocator-repair` controller:
+        // without it no claim of a deleted Service would ever be deleted.
+        if let Some((started, _)) = &webhook {
             spawned
                 .0
                 .push(tokio::spawn(started.repair_loop(repair_stop.clone())).abort_handle());
@@ -496,6 +506,9 @@ async fn run_inner(
     // 1) the controllers stop. After a lost Lease at once (another replica may
     //    already lead); on SIGTERM they finish the writes in flight first.
     repair_stop.cancel();
+    if options.leader.is_some() {
+        metrics.set_leader(lease_name, false);
+    }
     if let Some(c) = controllers.take() {
         *handle.slot() = std::sync::Weak::new();
         if lost {

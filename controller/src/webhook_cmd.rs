@@ -1,8 +1,8 @@
 //! `svcplane webhook`: the admission webhook as a process of its own.
 //!
 //! Connects to the API server, starts the webhook's watches and claim repair loop, and
-//! serves HTTPS until SIGTERM or SIGINT. `svcplane run` embeds the same pieces beside
-//! the controllers.
+//! serves HTTPS until SIGTERM or SIGINT, with `/metrics`, `/livez` and `/readyz` on the
+//! admin address. `svcplane run` embeds the same pieces beside the controllers.
 
 use std::sync::Arc;
 
@@ -14,8 +14,12 @@ use svcplane_webhook::shell::{WebhookOptions, start};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use svcplane_webhook::handler::AdmissionHandler;
+
 use crate::cli::WebhookArgs;
 use crate::kube_client;
+use crate::shell::admin;
+use crate::shell::metrics::Metrics;
 
 /// How long in-flight admission requests may finish after a shutdown signal.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -43,6 +47,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
     if let Err(e) = kube_client::check_crd::<AllocationClaim>(&client).await {
         warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
     }
+    let metrics = Metrics::new();
     let started = start(
         client,
         WebhookOptions {
@@ -52,11 +57,32 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
                 interval: args.server.claim_repair_interval,
                 grace: args.server.claim_grace_period,
             },
+            metrics: metrics.webhook().clone(),
         },
         background.clone(),
     )
     .await
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+    let ready: admin::ReadinessCheck = {
+        let webhook = Arc::clone(&started.webhook);
+        Arc::new(move || {
+            if webhook.is_ready() {
+                Ok(())
+            } else {
+                Err("webhook: allocation watches have not listed yet".into())
+            }
+        })
+    };
+    let admin_stop = CancellationToken::new();
+    let admin = admin::serve(
+        args.metrics_bind_address,
+        metrics,
+        ready,
+        cancel.clone(),
+        admin_stop.clone(),
+    )
+    .await
+    .with_context(|| format!("admin server on {}", args.metrics_bind_address))?;
     let (cert_file, key_file) = args.server.cert_files().map_err(|e| anyhow::anyhow!(e))?;
     info!(bind = %args.server.webhook_bind_address, "serving the admission webhook");
     let config = ServerConfig {
@@ -68,6 +94,8 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
         drain: DRAIN,
     };
     let result = serve(Arc::clone(&started.webhook), config, cancel.clone()).await;
+    admin_stop.cancel();
+    let _ = admin.task.await;
     background.cancel();
     for t in started.tasks {
         let _ = t.await;

@@ -12,6 +12,7 @@
 //!
 //! Support for the suites that run against a real API server
 //! (`tests/tests/e2e_*.rs`, `tests/tests/differential.rs`):
+//! - [`binary`]: the shipped `svcplane` binary as a separate process;
 //! - [`envtest`]: the `tests/envtest` harness (etcd + kube-apiserver, and
 //!   upstream kube-controller-manager for the differential suite), or an
 //!   external cluster via `SVCPLANE_E2E_KUBECONFIG`;
@@ -20,6 +21,7 @@
 //! - [`normalize`]: comparing stored EndpointSlices across clusters.
 
 pub mod applier;
+pub mod binary;
 pub mod envtest;
 pub mod fake_api;
 pub mod normalize;

@@ -234,6 +234,7 @@ impl LocalWebhook {
                     interval: Duration::from_secs(3600),
                     grace: Duration::from_secs(60),
                 },
+                metrics: Default::default(),
             },
             cancel.clone(),
         )

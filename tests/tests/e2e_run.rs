@@ -8,9 +8,7 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,6 +18,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
+use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::objects::{create_node, create_pods, create_service};
 use svcplane_tests::run_env::{Instance, options};
@@ -156,101 +155,25 @@ async fn run_in_process_keeps_slices_and_endpoints_in_step_with_pod_status() {
 
 // --- the binary, as separate processes ---------------------------------------------
 
-fn svcplane_bin() -> Option<PathBuf> {
-    // target/<profile>/deps/e2e_run-<hash> → target/<profile>/svcplane
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("svcplane");
-    bin.is_file().then_some(bin)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Process {
-    child: Child,
-    name: String,
-}
-
-impl Process {
-    fn spawn(bin: &PathBuf, kubeconfig: &std::path::Path, name: &str, lease_ns: &str) -> Self {
-        Self::spawn_logging(bin, kubeconfig, name, lease_ns, Stdio::inherit())
-    }
-
-    fn spawn_logging(
-        bin: &PathBuf,
-        kubeconfig: &std::path::Path,
-        name: &str,
-        lease_ns: &str,
-        stderr: Stdio,
-    ) -> Self {
-        let child = Command::new(bin)
-            .args([
-                "run",
-                "--webhook=false",
-                "--leader-elect-lease-duration=4s",
-                "--leader-elect-renew-deadline=3s",
-                "--leader-elect-retry-period=1s",
-                "--allocator-repair-interval=1h",
-            ])
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg(format!("--leader-elect-resource-namespace={lease_ns}"))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{}", free_port()))
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info,kube=warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            name: name.to_owned(),
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits up to `limit` for the process to exit; its exit code.
-    fn wait(&mut self, limit: Duration) -> Option<i32> {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code();
-            }
-            if start.elapsed() > limit {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn holder(client: &Client, ns: &str) -> Option<String> {
-    Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt("svcplane")
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
-        .filter(|h| !h.is_empty())
+/// `svcplane run` without the webhook, electing on a Lease in `lease_ns`.
+fn spawn_run(bin: &Path, kubeconfig: &Path, name: &str, lease_ns: &str) -> SvcplaneProcess {
+    let args: Vec<String> = [
+        "run",
+        "--webhook=false",
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+        "--allocator-repair-interval=1h",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--leader-elect-resource-namespace={lease_ns}"),
+        format!("--metrics-bind-address=127.0.0.1:{}", free_port()),
+    ])
+    .collect();
+    SvcplaneProcess::spawn(bin, name, &args, None)
 }
 
 #[tokio::test]
@@ -263,11 +186,7 @@ async fn two_processes_elect_one_leader_and_hand_over() {
         // Two controller processes over someone else's cluster: not here.
         return;
     }
-    let Some(bin) = svcplane_bin() else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "svcplane binary not built next to the tests"
-        );
+    let Some(bin) = svcplane_bin_or_skip("e2e_run") else {
         return;
     };
     let client = cluster.client().await.unwrap();
@@ -292,17 +211,17 @@ async fn two_processes_elect_one_leader_and_hand_over() {
     .await
     .unwrap();
 
-    let mut a = Process::spawn(&bin, &cluster.kubeconfig, "replica-a", &ns);
-    let mut b = Process::spawn(&bin, &cluster.kubeconfig, "replica-b", &ns);
+    let mut a = spawn_run(&bin, &cluster.kubeconfig, "replica-a", &ns);
+    let mut b = spawn_run(&bin, &cluster.kubeconfig, "replica-b", &ns);
     eventually(Duration::from_secs(60), "a leader", || async {
-        holder(&client, &ns).await.is_some()
+        lease_holder(&client, &ns).await.is_some()
     })
     .await;
     eventually(Duration::from_secs(60), "the slice", || async {
         ready_count(&slices(&client, &ns, "web").await) == 1
     })
     .await;
-    let first = holder(&client, &ns).await.unwrap();
+    let first = lease_holder(&client, &ns).await.unwrap();
     assert!(first == "replica-a" || first == "replica-b", "{first}");
     let lease = Api::<Lease>::namespaced(client.clone(), &ns)
         .get("svcplane")
@@ -321,7 +240,7 @@ async fn two_processes_elect_one_leader_and_hand_over() {
     let killed_at = Instant::now();
     let follower_name = follower.name.clone();
     eventually(Duration::from_secs(30), "the follower to lead", || async {
-        holder(&client, &ns).await.as_deref() == Some(follower_name.as_str())
+        lease_holder(&client, &ns).await.as_deref() == Some(follower_name.as_str())
     })
     .await;
     let took = killed_at.elapsed();
@@ -368,7 +287,7 @@ async fn two_processes_elect_one_leader_and_hand_over() {
         "clean exit on SIGTERM"
     );
     assert_eq!(
-        holder(&client, &ns).await,
+        lease_holder(&client, &ns).await,
         None,
         "the Lease is released on shutdown"
     );
@@ -378,11 +297,7 @@ async fn two_processes_elect_one_leader_and_hand_over() {
 #[tokio::test]
 async fn an_unreachable_api_server_is_retried_not_a_crash() {
     let _one = SERIAL.lock().await;
-    let Some(bin) = svcplane_bin() else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "svcplane binary not built next to the tests"
-        );
+    let Some(bin) = svcplane_bin_or_skip("e2e_run") else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("svcplane-unreachable-{}", std::process::id()));
@@ -397,7 +312,7 @@ async fn an_unreachable_api_server_is_retried_not_a_crash() {
         ),
     )
     .unwrap();
-    let mut p = Process::spawn(&bin, &kubeconfig, "lonely", "default");
+    let mut p = spawn_run(&bin, &kubeconfig, "lonely", "default");
     assert_eq!(
         p.wait(Duration::from_secs(3)),
         None,

@@ -1,6 +1,9 @@
 //! Two webhook replicas sharing one API server (the in-process fake): claims make
-//! every hand-out unique, dry runs leave nothing behind, and the repair loop releases
-//! claims of Services that never appeared.
+//! every hand-out unique, dry runs leave nothing behind, a deleted Service's values are
+//! reusable at once on either replica, and the spawned repair loop (as shipped, paced by
+//! the watches' own sync signals) deletes the claims of deleted Services and of Services
+//! that never appeared. The same behaviours are proven on a real API server with the
+//! shipped binary in `e2e_claims.rs`.
 
 // Test helpers outside #[test] functions: a failed fixture should panic loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -18,8 +21,9 @@ use serde_json::{Value, json};
 use svcplane_allocator::AllocatorConfig;
 use svcplane_tests::fake_api::FakeApi;
 use svcplane_webhook::claim::AllocationClaim;
-use svcplane_webhook::claim::repair::UnusedClaims;
+use svcplane_webhook::claim::repair::{ReleaseReason, UnusedClaims};
 use svcplane_webhook::handler::{AdmissionHandler, Endpoint};
+use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::shell::repair::{RepairConfig, repair_once};
 use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start};
 use tokio_util::sync::CancellationToken;
@@ -39,15 +43,18 @@ fn fake_api() -> FakeApi {
     api
 }
 
-fn options(ranges: &str, ports: &str, seed: u64) -> WebhookOptions {
+/// The repair loop of tests that run passes by hand: it never ticks on its own.
+const BY_HAND: RepairConfig = RepairConfig {
+    interval: Duration::from_secs(3600),
+    grace: Duration::from_secs(60),
+};
+
+fn options(ranges: &str, ports: &str, seed: u64, repair: RepairConfig) -> WebhookOptions {
     WebhookOptions {
         allocator: AllocatorConfig::from_flags(ranges, ports).unwrap(),
         seed,
-        repair: RepairConfig {
-            // The tests run passes by hand.
-            interval: Duration::from_secs(3600),
-            grace: Duration::from_secs(60),
-        },
+        repair,
+        metrics: WebhookMetrics::default(),
     }
 }
 
@@ -58,9 +65,15 @@ async fn replica(
     seed: u64,
     cancel: &CancellationToken,
 ) -> Started {
-    let started = start(api.client(), options(ranges, ports, seed), cancel.clone())
-        .await
-        .unwrap();
+    replica_with(api, options(ranges, ports, seed, BY_HAND), cancel).await
+}
+
+async fn replica_with(
+    api: &FakeApi,
+    options: WebhookOptions,
+    cancel: &CancellationToken,
+) -> Started {
+    let started = start(api.client(), options, cancel.clone()).await.unwrap();
     for _ in 0..500 {
         if started.webhook.is_ready() {
             return started;
@@ -292,7 +305,7 @@ async fn the_repair_loop_releases_claims_of_services_that_never_appeared() {
         )
         .await
         .unwrap();
-        assert_eq!(n, 0, "{after} s");
+        assert_eq!(n.released, [], "{after} s");
     }
     let n = repair_once(
         &api.client(),
@@ -303,7 +316,14 @@ async fn the_repair_loop_releases_claims_of_services_that_never_appeared() {
     )
     .await
     .unwrap();
-    assert_eq!(n, 2, "the ghost's IP and nodePort");
+    assert_eq!(n.released.len(), 2, "the ghost's IP and nodePort");
+    assert!(
+        n.released
+            .iter()
+            .all(|(_, why)| *why == ReleaseReason::Unused),
+        "{:?}",
+        n.released
+    );
     let left = claims.list(&ListParams::default()).await.unwrap().items;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].spec.service.name, "kept");
@@ -359,7 +379,7 @@ async fn a_re_created_service_refreshes_the_claim_its_predecessor_left() {
     records[0].value = Some(svcplane_allocator::Claim::NodePort(30050));
     assert!(
         unused
-            .claims_to_release(&records, |_| false, t0, Duration::from_secs(60))
+            .claims_to_release(&records, |_| false, |_| false, t0, Duration::from_secs(60))
             .is_empty()
     );
     let n = repair_once(
@@ -371,8 +391,260 @@ async fn a_re_created_service_refreshes_the_claim_its_predecessor_left() {
     )
     .await
     .unwrap();
-    // (The deleted Service's ClusterIP claim is seen unused for the first time now.)
-    assert_eq!(n, 0);
+    // The deleted Service's ClusterIP claim may already be released (if the replica saw
+    // the Service before its delete); the refreshed nodePort claim is never touched.
+    assert!(
+        n.released.iter().all(|(name, _)| name != "nodeport-30050"),
+        "{:?}",
+        n.released
+    );
     assert!(claims.get_opt("nodeport-30050").await.unwrap().is_some());
+    cancel.cancel();
+}
+
+/// Polls `check` every 20 ms for up to `limit`; whether it came true.
+async fn within(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Names of the stored claims, sorted.
+async fn claim_names(api: &FakeApi) -> Vec<String> {
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    let mut names: Vec<String> = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// A replica whose spawned repair loop ticks every 100 ms and keeps claims of Services
+/// it never saw for a minute: within a test, only the delete-driven release can act.
+fn fast_repair(ranges: &str, ports: &str, seed: u64) -> WebhookOptions {
+    options(
+        ranges,
+        ports,
+        seed,
+        RepairConfig {
+            interval: Duration::from_millis(100),
+            grace: Duration::from_secs(60),
+        },
+    )
+}
+
+/// Mutate through `webhook`, then store what the API server would store.
+async fn admit_and_store(
+    api: &FakeApi,
+    webhook: &Webhook<KubeClaims>,
+    uid: &str,
+    object: &Value,
+) -> Service {
+    let patched = mutate(webhook, uid, object, false)
+        .await
+        .unwrap_or_else(|status| panic!("{uid} denied: {status}"));
+    let svc: Service = serde_json::from_value(patched).unwrap();
+    Api::<Service>::namespaced(api.client(), NAMESPACE)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap()
+}
+
+/// Does the replica's state have `svc`'s ClusterIP held by a Service?
+fn sees(replica: &Started, svc: &Service) -> bool {
+    let (ips, _) = values_of(svc);
+    svcplane_webhook::shell::repair::held_by_service(
+        &replica.webhook.state().lock().unwrap(),
+        svcplane_allocator::Claim::Ip(ips[0]),
+    )
+}
+
+/// The same ClusterIP and nodePort asked for by hand, under another name.
+fn same_values(name: &str, of: &Service) -> Value {
+    let (ips, ports) = values_of(of);
+    let mut object = service(name, true);
+    object["spec"]["clusterIP"] = json!(ips[0].to_string());
+    object["spec"]["clusterIPs"] = json!([ips[0].to_string()]);
+    object["spec"]["ports"][0]["nodePort"] = json!(ports[0]);
+    object
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_services_values_are_reusable_at_once_on_either_replica() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let (ranges, ports) = ("10.0.0.0/26", "30000-30039");
+    let a = replica_with(&api, fast_repair(ranges, ports, 1), &cancel).await;
+    let b = replica_with(&api, fast_repair(ranges, ports, 2), &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let first = admit_and_store(&api, &a.webhook, "uid-1", &service("first", true)).await;
+    assert!(
+        within(Duration::from_secs(5), || sees(&a, &first)
+            && sees(&b, &first))
+        .await
+    );
+    services
+        .delete("first", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        within(Duration::from_secs(5), || !sees(&a, &first)
+            && !sees(&b, &first))
+        .await
+    );
+    // The follower (b) took no part in the first create: it re-uses the values at once,
+    // taking the dead claims over, with no grace period.
+    let again = same_values("second", &first);
+    let second = admit_and_store(&api, &b.webhook, "uid-2", &again).await;
+    assert_eq!(values_of(&second), values_of(&first));
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    for c in claims.list(&ListParams::default()).await.unwrap().items {
+        assert_eq!(c.spec.service.name, "second", "{:?}", c.metadata.name);
+        assert_eq!(c.spec.request_uid, "uid-2");
+    }
+    assert_eq!(claim_names(&api).await.len(), 2);
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spawned_repair_loop_deletes_the_claims_of_deleted_services() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let (ranges, ports) = ("10.0.0.0/26", "30000-30039");
+    let metrics = WebhookMetrics::default();
+    let mut opts = fast_repair(ranges, ports, 1);
+    opts.metrics = metrics.clone();
+    let a = replica_with(&api, opts, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let kept = admit_and_store(&api, &a.webhook, "uid-kept", &service("kept", true)).await;
+    let gone = admit_and_store(&api, &a.webhook, "uid-gone", &service("gone", true)).await;
+    assert!(
+        within(Duration::from_secs(5), || sees(&a, &kept)
+            && sees(&a, &gone))
+        .await
+    );
+    assert_eq!(claim_names(&api).await.len(), 4);
+    services
+        .delete("gone", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    // Nobody asks for the values again: the loop as spawned by `start` deletes the two
+    // claims well inside the one-minute grace period.
+    let mut left = Vec::new();
+    for _ in 0..100 {
+        left = claim_names(&api).await;
+        if left.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (ips, ports) = values_of(&kept);
+    let mut want = vec![format!("ip-{}", ips[0]), format!("nodeport-{}", ports[0])];
+    want.sort();
+    assert_eq!(left, want, "only the live Service's claims are left");
+    assert!(metrics.repair_passes.get() > 0, "the loop ran");
+    assert_eq!(
+        metrics
+            .claims_released
+            .get_or_create(&svcplane_webhook::metrics::ReleaseLabels {
+                reason: "service_gone"
+            })
+            .get(),
+        2
+    );
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_pauses_while_the_service_watch_fails_and_resumes_after_a_relist() {
+    use svcplane_tests::fake_api::{Fault, Verb};
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    let metrics = WebhookMetrics::default();
+    let mut opts = fast_repair("10.0.0.0/26", "30000-30039", 1);
+    opts.metrics = metrics.clone();
+    let a = replica_with(&api, opts, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let svc = admit_and_store(&api, &a.webhook, "uid-1", &service("web", true)).await;
+    assert!(within(Duration::from_secs(5), || sees(&a, &svc)).await);
+    assert!(a.readiness().repair_safe());
+    // The Service watch breaks and cannot come back; meanwhile the Service is deleted.
+    let fault = api.inject(Fault::status(500).verb(Verb::Watch).resource("services"));
+    let list_fault = api.inject(Fault::status(500).verb(Verb::List).resource("services"));
+    api.close_watches();
+    assert!(within(Duration::from_secs(5), || !a.readiness().repair_safe()).await);
+    services
+        .delete("web", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let passes = metrics.repair_passes.get();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metrics.repair_passes.get(),
+        passes,
+        "no pass while out of sync"
+    );
+    assert_eq!(claim_names(&api).await.len(), 2, "nothing released blind");
+    assert!(
+        a.webhook.is_ready(),
+        "the webhook keeps answering meanwhile"
+    );
+    // The API server recovers: the watch lists again, sees the delete, and the loop
+    // resumes and deletes the dead claims.
+    api.remove_fault(fault);
+    api.remove_fault(list_fault);
+    assert!(within(Duration::from_secs(10), || a.readiness().repair_safe()).await);
+    let mut left = claim_names(&api).await;
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        left = claim_names(&api).await;
+    }
+    assert_eq!(left, Vec::<String>::new());
+    assert!(metrics.repair_passes.get() > passes);
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_allocation_takes_a_value_whose_service_was_deleted_when_nothing_else_is_free() {
+    let api = fake_api();
+    let cancel = CancellationToken::new();
+    // Two nodePorts in all, and the repair loop never runs: the only way to a free
+    // port is the deleted Service's, whose claim is still stored.
+    let a = replica(&api, "10.0.0.0/28", "30000-30001", 1, &cancel).await;
+    let services: Api<Service> = Api::namespaced(api.client(), NAMESPACE);
+    let one = admit_and_store(&api, &a.webhook, "uid-1", &service("one", true)).await;
+    let two = admit_and_store(&api, &a.webhook, "uid-2", &service("two", true)).await;
+    assert!(within(Duration::from_secs(5), || sees(&a, &one) && sees(&a, &two)).await);
+    let denied = mutate(&a.webhook, "uid-3", &service("three", true), false).await;
+    assert!(denied.is_err(), "the port range is full");
+    services
+        .delete("one", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(within(Duration::from_secs(5), || !sees(&a, &one)).await);
+    assert_eq!(claim_names(&api).await.len(), 4, "no repair pass ran");
+    let three = admit_and_store(&api, &a.webhook, "uid-4", &service("three", true)).await;
+    assert_eq!(values_of(&three).1, values_of(&one).1, "the freed nodePort");
+    let claims: Api<AllocationClaim> = Api::all(api.client());
+    let port_claim = claims
+        .get(&format!("nodeport-{}", values_of(&one).1[0]))
+        .await
+        .unwrap();
+    assert_eq!(port_claim.spec.service.name, "three");
     cancel.cancel();
 }

@@ -11,10 +11,12 @@
 //!   replicas, and the pure repair decisions for it;
 //! - [`shell`]: I/O — watches that feed the state, claim writes, the repair loop, and
 //!   the [`handler::AdmissionHandler`] the HTTPS server calls;
-//! - [`server`] and [`tls`]: the axum HTTPS server and certificate reload.
+//! - [`server`] and [`tls`]: the axum HTTPS server and certificate reload;
+//! - [`metrics`]: the webhook's counters, for the process' `/metrics`.
 
 pub mod claim;
 pub mod handler;
+pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod shell;

@@ -593,12 +593,13 @@ mod real_handler {
             SourceKind::Claims,
             SourceKind::IpAddresses,
         ] {
-            readiness.set(kind);
+            readiness.listed(kind);
         }
         Arc::new(Webhook::new(
             Arc::new(Mutex::new(state)),
             MemoryClaims::default(),
             readiness,
+            Default::default(),
         ))
     }
 

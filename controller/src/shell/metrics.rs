@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use svcplane_webhook::metrics::WebhookMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
@@ -140,6 +141,7 @@ struct Inner {
     cache_objects: Family<ResourceLabels, Gauge>,
     leader: Family<LeaseLabels, Gauge>,
     events_dropped: Counter,
+    webhook: WebhookMetrics,
 }
 
 /// All metrics of one process; cheap to clone.
@@ -325,7 +327,9 @@ impl Metrics {
         let api_write_errors: Family<WriteErrorLabels, Counter> = Family::default();
         let cache_objects: Family<ResourceLabels, Gauge> = Family::default();
         let events_dropped = Counter::default();
+        let webhook = WebhookMetrics::default();
         let s = r.sub_registry_with_prefix("svcplane");
+        webhook.register(s);
         s.register(
             "reconcile_duration_seconds",
             "Time one sync of one key takes, API writes included",
@@ -363,6 +367,7 @@ impl Metrics {
             cache_objects,
             leader,
             events_dropped,
+            webhook,
         }))
     }
 
@@ -432,6 +437,11 @@ impl Metrics {
             .set(i64::from(leading));
     }
 
+    /// The admission webhook's counters (registered as `svcplane_webhook_*`).
+    pub fn webhook(&self) -> &WebhookMetrics {
+        &self.0.webhook
+    }
+
     pub fn event_dropped(&self) {
         self.0.events_dropped.inc();
     }
@@ -466,6 +476,7 @@ mod tests {
         m.endpoint_slice().endpoints_added_per_sync.observe(3.0);
         m.api_write("create", "endpointslices");
         m.set_leader("svcplane", true);
+        m.webhook().released("service_gone");
         let text = m.encode();
         for needle in [
             "endpoint_slice_controller_changes_total{operation=\"create\"} 1",
@@ -475,6 +486,8 @@ mod tests {
             "endpoint_slice_mirroring_controller_endpoints_sync_duration_count 0",
             "svcplane_api_writes_total{verb=\"create\",resource=\"endpointslices\"} 1",
             "leader_election_master_status{name=\"svcplane\"} 1",
+            "svcplane_webhook_claims_released_total{reason=\"service_gone\"} 1",
+            "svcplane_webhook_claim_repair_passes_total 0",
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");

@@ -30,7 +30,7 @@ use super::controllers::{Parts, Syncer, allocator_repair, queue_gauges, worker};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::queue::{RateLimit, WorkQueue};
-use super::watch::{WatchHealth, reflect};
+use super::watch::reflect;
 
 /// Which controllers run (`--controllers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,6 @@ pub struct Controllers {
     cache: Arc<Cache>,
     metrics: Metrics,
     queues: Vec<Arc<WorkQueue<String>>>,
-    health: Vec<(&'static str, Arc<WatchHealth>)>,
     stop: CancellationToken,
     stop_events: CancellationToken,
     /// Watches and the starter; then workers and loops (filled once synced); then the
@@ -186,12 +185,9 @@ impl Controllers {
         let needs_endpoints = on.endpoints || on.mirroring;
         let needs_services = needs_pods || needs_slices || needs_endpoints || on.allocator_repair;
         let tasks = TaskSet::default();
-        let mut health = Vec::new();
         let cfg = || watch_config(options.list_page_size);
         macro_rules! watch {
             ($name:literal, $api:expr, $field:ident, $strip:path, $handler:ident) => {{
-                let h = Arc::new(WatchHealth::default());
-                health.push(($name, h.clone()));
                 let d = dispatch.clone();
                 tasks.push(tokio::spawn(reflect(
                     $name,
@@ -201,7 +197,6 @@ impl Controllers {
                     |c: &Cache| &c.$field,
                     $strip,
                     move |change| d.$handler(&change),
-                    h,
                     stop.clone(),
                 )));
             }};
@@ -345,7 +340,6 @@ impl Controllers {
             cache,
             metrics,
             queues,
-            health,
             stop,
             stop_events,
             tasks,
@@ -383,13 +377,6 @@ impl Controllers {
     /// Started, and no key queued, waiting or being processed.
     pub fn is_idle(&self) -> bool {
         self.is_started() && self.queues.iter().all(|q| q.is_idle())
-    }
-
-    /// Whether every watch is currently in sync.
-    pub fn watches_in_sync(&self) -> bool {
-        self.health
-            .iter()
-            .all(|(_, h)| h.in_sync.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Stops taking work, waits up to `grace` for syncs in flight (their writes

@@ -13,7 +13,6 @@
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
@@ -40,17 +39,6 @@ impl<T> Change<T> {
             Change::Added(n) | Change::Updated { new: n, .. } | Change::Deleted(n) => n,
         }
     }
-}
-
-/// Health of one watch, for logs, metrics and the repair loop.
-#[derive(Debug, Default)]
-pub struct WatchHealth {
-    /// Not failing and not in the middle of a re-list.
-    pub in_sync: AtomicBool,
-    /// Watch errors seen (each is retried with backoff).
-    pub errors: AtomicU64,
-    /// Events applied to the store.
-    pub events: AtomicU64,
 }
 
 /// Turns an event stream into store writes and [`Change`]s.
@@ -112,7 +100,6 @@ pub async fn reflect<K, S>(
     select: fn(&Cache) -> &Shared<S>,
     strip: fn(K) -> S::Item,
     on_change: impl Fn(Change<S::Item>) + Send,
-    health: Arc<WatchHealth>,
     cancel: CancellationToken,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -138,7 +125,6 @@ pub async fn reflect<K, S>(
             Ok(Event::Apply(obj)) => reflector.apply(Arc::new(strip(obj)), &mut changes),
             Ok(Event::Delete(obj)) => reflector.delete(Arc::new(strip(obj)), &mut changes),
             Ok(Event::Init) => {
-                health.in_sync.store(false, Ordering::Release);
                 reflector.relist = Some(Vec::new());
             }
             Ok(Event::InitApply(obj)) => {
@@ -150,7 +136,6 @@ pub async fn reflect<K, S>(
                 reflector.finish_relist(&mut changes);
                 let first = !reflector.shared.is_synced();
                 reflector.shared.set_synced();
-                health.in_sync.store(true, Ordering::Release);
                 if first {
                     info!(
                         resource,
@@ -162,14 +147,9 @@ pub async fn reflect<K, S>(
                 }
             }
             Err(e) => {
-                health.in_sync.store(false, Ordering::Release);
-                health.errors.fetch_add(1, Ordering::Relaxed);
                 warn!(resource, error = %e, "watch failed; retrying with backoff");
             }
         }
-        health
-            .events
-            .fetch_add(changes.len() as u64, Ordering::Relaxed);
         for change in changes.drain(..) {
             on_change(change);
         }

@@ -62,7 +62,7 @@ pub fn webhook(state: Arc<Mutex<AllocationState>>) -> Webhook<CountingClaims> {
         SourceKind::Claims,
         SourceKind::IpAddresses,
     ] {
-        readiness.set(kind);
+        readiness.listed(kind);
     }
-    Webhook::new(state, CountingClaims, readiness)
+    Webhook::new(state, CountingClaims, readiness, Default::default())
 }

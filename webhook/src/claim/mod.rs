@@ -25,7 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use svcplane_allocator::Claim;
 
-use crate::state::{HolderKey, ServiceRef};
+use crate::state::{ClaimObject, HolderKey, ServiceRef, created_seconds};
 
 /// API group of svcplane's own resources.
 pub const GROUP: &str = "svcplane.io";
@@ -78,6 +78,12 @@ pub struct ClaimedFor {
     /// `metadata.generateName` of the create, if any.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub generate_name: String,
+    /// `metadata.uid` of the Service when the value was taken by an UPDATE of it; empty
+    /// for a CREATE (reviewed before the API server assigns a uid). It ties the claim to
+    /// that Service object exactly, so a claim can never be mistaken for one of an
+    /// earlier or later Service of the same name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
 }
 
 /// The object name of the claim for `value`: a function of the value alone, so that
@@ -110,6 +116,7 @@ impl AllocationClaimSpec {
                 namespace: owner.namespace.clone(),
                 name: owner.name.clone(),
                 generate_name: owner.generate_name.clone(),
+                uid: owner.uid.clone(),
             },
             request_uid: owner.request_uid.clone(),
         }
@@ -131,6 +138,7 @@ impl AllocationClaimSpec {
             &self.service.generate_name,
             &self.request_uid,
         )
+        .with_uid(&self.service.uid)
     }
 }
 
@@ -146,6 +154,18 @@ impl AllocationClaim {
         let name = self.metadata.name.clone()?;
         let value = self.spec.claimed()?;
         (claim_name(value) == name).then(|| (HolderKey::Claim { name }, self.spec.owner(), value))
+    }
+
+    /// The object as the allocation state records it (`None` without a name).
+    pub fn object(&self) -> Option<ClaimObject> {
+        let name = self.metadata.name.clone()?;
+        Some(ClaimObject {
+            value: self.holding().map(|(_, _, v)| v),
+            uid: self.metadata.uid.clone().unwrap_or_default(),
+            created: created_seconds(&self.metadata),
+            owner: self.spec.owner(),
+            name,
+        })
     }
 }
 

@@ -1,12 +1,17 @@
 //! Which claims the repair loop releases (pure).
 //!
-//! The webhook never learns whether the Service it answered for was stored: the request
-//! may be denied by a later admission step, time out, or fail validation. Its claims
-//! would then block their values forever. A claim is therefore kept while some stored
-//! Service holds its value, and released once this replica has seen it unused for a
-//! grace period — long enough for any admission request still in flight (the API
-//! server's webhook timeout is at most 30 s) to have finished, as upstream's IPAddress
-//! leak cleanup waits 60 s (allocation-spec §12.1).
+//! Two kinds of claims are released:
+//! - a claim whose Service this replica saw give the value up (deleted, or updated
+//!   without it) is *released* in the state already (see `state::lifecycle`): it is
+//!   deleted at the next pass, with no grace period, as upstream frees a value in the
+//!   request that deletes its Service;
+//! - a claim whose Service was never seen: the webhook never learns whether the Service
+//!   it answered for was stored (the request may be denied by a later admission step,
+//!   time out, or fail validation). Such a claim is kept while some stored Service holds
+//!   its value, and released once this replica has seen it unused for a grace period —
+//!   long enough for any admission request still in flight (the API server's webhook
+//!   timeout is at most 30 s) to have finished, as upstream's IPAddress leak cleanup
+//!   waits 60 s (allocation-spec §12.1).
 //!
 //! The age is measured by this replica's own monotonic clock from the first pass that
 //! saw the claim unused, not from `creationTimestamp`: that is the API server's clock,
@@ -49,6 +54,8 @@ impl ClaimRecord {
 /// Why a claim is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReason {
+    /// The Service it was taken for was seen deleted, or seen without the value.
+    ServiceGone,
     /// No Service has held the value for the whole grace period.
     Unused,
     /// The object does not name a parseable value matching its name.
@@ -59,6 +66,7 @@ impl ReleaseReason {
     /// Stable label for logs and metrics.
     pub fn label(self) -> &'static str {
         match self {
+            Self::ServiceGone => "service_gone",
             Self::Unused => "unused",
             Self::Malformed => "malformed",
         }
@@ -72,13 +80,14 @@ pub struct UnusedClaims {
 }
 
 impl UnusedClaims {
-    /// One repair pass over every stored claim at `now`: the claims to delete are those
-    /// seen unused (`held_by_service` false, or malformed) on every pass for at least
-    /// `grace`. Claims in use or gone are forgotten, so a value used again restarts its
-    /// clock.
+    /// One repair pass over every stored claim at `now`: the claims to delete are the
+    /// `released` ones at once, and those seen unused (`held_by_service` false, or
+    /// malformed) on every pass for at least `grace`. Claims in use or gone are
+    /// forgotten, so a value used again restarts its clock.
     pub fn claims_to_release<'a>(
         &mut self,
         claims: &'a [ClaimRecord],
+        released: impl Fn(&ClaimRecord) -> bool,
         held_by_service: impl Fn(Claim) -> bool,
         now: Instant,
         grace: Duration,
@@ -86,6 +95,10 @@ impl UnusedClaims {
         let mut still_unused = HashMap::with_capacity(self.first_seen.len());
         let mut out = Vec::new();
         for c in claims {
+            if c.value.is_some() && released(c) {
+                out.push((c, ReleaseReason::ServiceGone));
+                continue;
+            }
             let reason = match c.value {
                 None => ReleaseReason::Malformed,
                 Some(v) if !held_by_service(v) => ReleaseReason::Unused,
@@ -120,6 +133,10 @@ mod tests {
         Claim::Ip(s.parse::<IpAddr>().unwrap())
     }
 
+    fn none(_: &ClaimRecord) -> bool {
+        false
+    }
+
     fn names(out: &[(&ClaimRecord, ReleaseReason)]) -> Vec<String> {
         out.iter().map(|(c, _)| c.name.clone()).collect()
     }
@@ -131,16 +148,16 @@ mod tests {
         let mut u = UnusedClaims::default();
         let free = |_| false;
         assert!(
-            u.claims_to_release(&claims, free, t0, DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, free, t0, DEFAULT_GRACE)
                 .is_empty(),
             "first sighting"
         );
         let at = |s| t0 + Duration::from_secs(s);
         assert!(
-            u.claims_to_release(&claims, free, at(59), DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, free, at(59), DEFAULT_GRACE)
                 .is_empty()
         );
-        let out = u.claims_to_release(&claims, free, at(60), DEFAULT_GRACE);
+        let out = u.claims_to_release(&claims, none, free, at(60), DEFAULT_GRACE);
         assert_eq!(names(&out), ["a"]);
         assert_eq!(out[0].1, ReleaseReason::Unused);
     }
@@ -151,23 +168,23 @@ mod tests {
         let at = |s| t0 + Duration::from_secs(s);
         let claims = vec![rec("a", Some(Claim::NodePort(30001)))];
         let mut u = UnusedClaims::default();
-        u.claims_to_release(&claims, |_| false, t0, DEFAULT_GRACE);
+        u.claims_to_release(&claims, none, |_| false, t0, DEFAULT_GRACE);
         // The Service shows up: kept, and forgotten as unused.
         assert!(
-            u.claims_to_release(&claims, |_| true, at(50), DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, |_| true, at(50), DEFAULT_GRACE)
                 .is_empty()
         );
         // Unused again later: a fresh grace period starts.
         assert!(
-            u.claims_to_release(&claims, |_| false, at(100), DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, |_| false, at(100), DEFAULT_GRACE)
                 .is_empty()
         );
         assert!(
-            u.claims_to_release(&claims, |_| false, at(159), DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, |_| false, at(159), DEFAULT_GRACE)
                 .is_empty()
         );
         assert_eq!(
-            names(&u.claims_to_release(&claims, |_| false, at(160), DEFAULT_GRACE)),
+            names(&u.claims_to_release(&claims, none, |_| false, at(160), DEFAULT_GRACE)),
             ["a"]
         );
     }
@@ -179,6 +196,7 @@ mod tests {
         let mut u = UnusedClaims::default();
         u.claims_to_release(
             &[rec("a", Some(ip("10.0.0.2")))],
+            none,
             |_| false,
             t0,
             DEFAULT_GRACE,
@@ -187,13 +205,36 @@ mod tests {
         again.uid = "uid-a-2".into();
         let claims = vec![again];
         assert!(
-            u.claims_to_release(&claims, |_| false, at(70), DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, |_| false, at(70), DEFAULT_GRACE)
                 .is_empty()
         );
         assert_eq!(
-            names(&u.claims_to_release(&claims, |_| false, at(130), DEFAULT_GRACE)),
+            names(&u.claims_to_release(&claims, none, |_| false, at(130), DEFAULT_GRACE)),
             ["a"]
         );
+    }
+
+    #[test]
+    fn a_claim_whose_service_is_gone_is_released_at_once_even_if_another_holds_the_value() {
+        let t0 = Instant::now();
+        let claims = vec![
+            rec("gone", Some(ip("10.0.0.1"))),
+            rec("young", Some(ip("10.0.0.2"))),
+        ];
+        let mut u = UnusedClaims::default();
+        let gone = |c: &ClaimRecord| c.name == "gone";
+        let out = u.claims_to_release(&claims, gone, |_| false, t0, DEFAULT_GRACE);
+        assert_eq!(
+            out.iter()
+                .map(|(c, r)| (c.name.as_str(), *r))
+                .collect::<Vec<_>>(),
+            [("gone", ReleaseReason::ServiceGone)],
+            "no grace for a claim of a deleted Service; the other waits"
+        );
+        // A released claim is released whatever else holds its value (a new Service
+        // that took it over in-tree, say); the Service holding it keeps its own claim.
+        let out = u.claims_to_release(&claims, gone, |_| true, t0, DEFAULT_GRACE);
+        assert_eq!(names(&out), ["gone"]);
     }
 
     #[test]
@@ -202,10 +243,10 @@ mod tests {
         let claims = vec![rec("bad", None)];
         let mut u = UnusedClaims::default();
         assert!(
-            u.claims_to_release(&claims, |_| true, t0, DEFAULT_GRACE)
+            u.claims_to_release(&claims, none, |_| true, t0, DEFAULT_GRACE)
                 .is_empty()
         );
-        let out = u.claims_to_release(&claims, |_| true, t0 + DEFAULT_GRACE, DEFAULT_GRACE);
+        let out = u.claims_to_release(&claims, none, |_| true, t0 + DEFAULT_GRACE, DEFAULT_GRACE);
         assert_eq!(
             out.iter()
                 .map(|(c, r)| (c.name.as_str(), *r))

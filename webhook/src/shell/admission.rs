@@ -19,8 +19,9 @@ use super::claimer::{ClaimStore, Claimed};
 use super::watch::{Readiness, SharedState, lock};
 use crate::claim::{AllocationClaim, claim_name};
 use crate::handler::{AdmissionHandler, Answer, Endpoint};
+use crate::metrics::WebhookMetrics;
 use crate::review::{self, Decoded, MutateDecision, ServiceRequest, ValidateDecision};
-use crate::state::{HolderKey, ServiceRef};
+use crate::state::{AllocationState, HolderKey, ServiceRef};
 
 /// How many times a mutation is re-run after losing claim races before giving up with
 /// a 500 (each loss teaches the state one more taken value, so this is only reached
@@ -33,15 +34,22 @@ pub struct Webhook<C> {
     state: SharedState,
     claims: C,
     readiness: Arc<Readiness>,
+    metrics: WebhookMetrics,
 }
 
 impl<C: ClaimStore> Webhook<C> {
     /// A webhook over `state` (fed by the watches), claiming through `claims`.
-    pub fn new(state: SharedState, claims: C, readiness: Arc<Readiness>) -> Self {
+    pub fn new(
+        state: SharedState,
+        claims: C,
+        readiness: Arc<Readiness>,
+        metrics: WebhookMetrics,
+    ) -> Self {
         Self {
             state,
             claims,
             readiness,
+            metrics,
         }
     }
 
@@ -52,7 +60,10 @@ impl<C: ClaimStore> Webhook<C> {
 
     #[instrument(skip_all, fields(uid = %req.uid, namespace = %req.namespace, name = %req.name, dry_run = req.dry_run))]
     async fn mutate(&self, req: &ServiceRequest) -> Answer {
-        let me = req.service_ref();
+        // Claims of an UPDATE name the Service object; a CREATE has no uid yet.
+        let me = req
+            .service_ref()
+            .with_uid(req.service.metadata.uid.as_deref().unwrap_or(""));
         let pending = HolderKey::Pending {
             request_uid: req.uid.clone(),
         };
@@ -103,6 +114,12 @@ impl<C: ClaimStore> Webhook<C> {
     /// Claim every value; `Ok(false)` if another holder won at least one (the state then
     /// knows it). When a race is lost the claims won in this attempt are given back at
     /// once, so the retry's different picks leave no unused claim behind.
+    ///
+    /// A claim found in the way is replaced (deleted with its uid as precondition, then
+    /// created again for this request) when it is dead: left by an earlier Service of
+    /// this very name, or released because the Service it was taken for was seen
+    /// deleted or seen without the value — upstream frees a value the moment its Service
+    /// lets go of it, and so does svcplane.
     async fn claim_all(&self, me: &ServiceRef, values: &[Claim]) -> Result<bool, ServiceError> {
         let results = join_all(
             values
@@ -112,33 +129,37 @@ impl<C: ClaimStore> Webhook<C> {
         .await;
         let mut all_won = true;
         let mut won_now: Vec<AllocationClaim> = Vec::new();
-        let mut stale: Vec<AllocationClaim> = Vec::new();
+        let mut dead: Vec<(AllocationClaim, bool)> = Vec::new();
         let mut failure = None;
         {
             let mut st = lock(&self.state);
             for (v, r) in values.iter().zip(results) {
-                let key = HolderKey::Claim {
-                    name: claim_name(*v),
-                };
                 match r {
                     Ok(Claimed::Won(created)) => {
-                        st.set(key, Some(me.clone()), vec![*v]);
+                        record(&mut st, &created);
                         won_now.push(*created);
                     }
                     Ok(Claimed::Taken(existing)) => {
                         let owner = existing.spec.owner();
-                        if !owner.matches(me) {
+                        let name = claim_name(*v);
+                        let uid = existing.metadata.uid.clone().unwrap_or_default();
+                        let released = st.released_claim(&name, &uid).is_some();
+                        if owner.matches(me) {
+                            if owner.request_uid != me.request_uid {
+                                // Left by an earlier Service of this name (deleted and
+                                // re-created before the repair loop ran): its age would
+                                // let the repair loop release it under the new Service.
+                                dead.push((*existing.clone(), false));
+                            }
+                        } else if released {
+                            dead.push((*existing.clone(), true));
+                        } else {
                             warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
                             all_won = false;
-                        } else if owner.request_uid != me.request_uid {
-                            // Left by an earlier Service of this name (deleted and
-                            // re-created before the repair loop ran): its age would let
-                            // the repair loop release it under the new Service.
-                            stale.push(*existing);
                         }
-                        // Either our own claim from an earlier attempt or Service
-                        // (still ours), or the winner's: the state learns which.
-                        st.set(key, Some(owner), vec![*v]);
+                        // Either our own claim from an earlier attempt or Service (still
+                        // ours), a dead one, or the winner's: the state learns which.
+                        record(&mut st, &existing);
                     }
                     Err(e) => {
                         warn!(error = %e, "claim failed");
@@ -151,11 +172,16 @@ impl<C: ClaimStore> Webhook<C> {
             }
         }
         if all_won && failure.is_none() {
-            for old in stale {
-                match self.refresh(old, me).await {
-                    Ok(Refreshed::Won(created)) => won_now.push(*created),
-                    Ok(Refreshed::Ours) => {}
-                    Ok(Refreshed::Lost) => all_won = false,
+            for (old, taken_over) in dead {
+                match self.replace(old, me).await {
+                    Ok(Replaced::Won(created)) => {
+                        if taken_over {
+                            self.metrics.claims_taken_over.inc();
+                        }
+                        won_now.push(*created);
+                    }
+                    Ok(Replaced::Ours) => {}
+                    Ok(Replaced::Lost) => all_won = false,
                     Err(e) => {
                         failure = Some(e);
                         break;
@@ -168,8 +194,8 @@ impl<C: ClaimStore> Webhook<C> {
         }
         for claim in &won_now {
             self.claims.release(claim).await;
-            if let Some(name) = claim.metadata.name.clone() {
-                lock(&self.state).remove(&HolderKey::Claim { name });
+            if let Some(name) = claim.metadata.name.as_deref() {
+                lock(&self.state).remove_claim(name);
             }
         }
         match failure {
@@ -178,36 +204,32 @@ impl<C: ClaimStore> Webhook<C> {
         }
     }
 
-    /// Replace a stale claim of ours with a fresh one (new request uid, new creation
-    /// time).
-    async fn refresh(
+    /// Replace a dead claim (a stale one of ours, or one whose Service is gone) with a
+    /// fresh one for this request (new request uid, new creation time).
+    async fn replace(
         &self,
         old: AllocationClaim,
         me: &ServiceRef,
-    ) -> Result<Refreshed, ServiceError> {
-        let Some((key, _, value)) = old.holding() else {
-            return Ok(Refreshed::Lost);
+    ) -> Result<Replaced, ServiceError> {
+        let Some((HolderKey::Claim { name }, _, value)) = old.holding() else {
+            return Ok(Replaced::Lost);
         };
         self.claims.release(&old).await;
-        lock(&self.state).remove(&key);
+        lock(&self.state).remove_claim(&name);
         match self
             .claims
             .claim(AllocationClaim::for_value(value, me))
             .await
         {
             Ok(Claimed::Won(created)) => {
-                lock(&self.state).set(key, Some(me.clone()), vec![value]);
-                Ok(Refreshed::Won(created))
+                info!(claim = %name, "took over the claim of a Service that let the value go");
+                record(&mut lock(&self.state), &created);
+                Ok(Replaced::Won(created))
             }
             Ok(Claimed::Taken(winner)) => {
-                let owner = winner.spec.owner();
-                let ours = owner.matches(me);
-                lock(&self.state).set(key, Some(owner), vec![value]);
-                Ok(if ours {
-                    Refreshed::Ours
-                } else {
-                    Refreshed::Lost
-                })
+                let ours = winner.spec.owner().matches(me);
+                record(&mut lock(&self.state), &winner);
+                Ok(if ours { Replaced::Ours } else { Replaced::Lost })
             }
             Err(e) => Err(ServiceError::Internal(format!(
                 "failed to reserve {}: {e}",
@@ -239,8 +261,15 @@ fn decision_of_mutate(d: MutateDecision) -> review::Verdict {
     }
 }
 
-/// Outcome of refreshing a stale claim.
-enum Refreshed {
+/// Record a stored claim object in the state.
+fn record(state: &mut AllocationState, claim: &AllocationClaim) {
+    if let Some(object) = claim.object() {
+        state.set_claim(object);
+    }
+}
+
+/// Outcome of replacing a dead claim.
+enum Replaced {
     /// A fresh claim was created (to give back if the request loses another race).
     Won(Box<AllocationClaim>),
     /// Someone re-created it for this same Service meanwhile: still ours.

@@ -10,7 +10,7 @@ use svcplane_allocator::service::claims_of;
 use svcplane_allocator::{Claim, SvcView};
 
 use crate::claim::AllocationClaim;
-use crate::state::{HolderKey, ServiceRef};
+use crate::state::{AllocationState, HolderKey, ServiceObject, ServiceRef, created_seconds};
 
 /// Which watched source a holder comes from (so a re-list replaces only its own kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,8 +61,37 @@ pub trait HolderSource {
     const KIND: SourceKind;
     /// The holder key of this object (`None` when it has no name).
     fn key(&self) -> Option<HolderKey>;
-    /// The full holding (what to `set` in the state).
+    /// The full holding (what the object holds, and for whom).
     fn holding(&self) -> Option<ObjectHolding>;
+    /// Record the stored object in the state; its key (`None` when it has no name).
+    fn record(&self, state: &mut AllocationState) -> Option<HolderKey> {
+        let h = self.holding()?;
+        state.set(h.key.clone(), h.owner, h.values);
+        Some(h.key)
+    }
+    /// Forget the object stored under `key` (deleted, or absent from a re-list).
+    fn forget(state: &mut AllocationState, key: &HolderKey) {
+        state.remove(key);
+    }
+    /// Keys of every object of this kind the state knows.
+    fn known(state: &AllocationState) -> Vec<HolderKey> {
+        state
+            .holder_keys()
+            .filter(|k| Self::KIND.owns(k))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The owner reference of a stored Service (its `generateName` included, so claims
+/// taken for a name-less create match the Service the API server named).
+fn service_owner(svc: &Service) -> ServiceRef {
+    ServiceRef::of_request(
+        svc.metadata.namespace.as_deref().unwrap_or(""),
+        svc.metadata.name.as_deref().unwrap_or(""),
+        svc.metadata.generate_name.as_deref().unwrap_or(""),
+        "",
+    )
 }
 
 impl HolderSource for Service {
@@ -78,12 +107,25 @@ impl HolderSource for Service {
     fn holding(&self) -> Option<ObjectHolding> {
         let key = self.key()?;
         let view = SvcView::from_service(self);
-        let owner = ServiceRef::named(&view.namespace, &view.name);
         Some(ObjectHolding {
             key,
-            owner: Some(owner),
+            owner: Some(service_owner(self)),
             values: claims_of(&view),
         })
+    }
+
+    fn record(&self, state: &mut AllocationState) -> Option<HolderKey> {
+        let h = self.holding()?;
+        let object = ServiceObject {
+            uid: self.metadata.uid.clone().unwrap_or_default(),
+            created: created_seconds(&self.metadata),
+        };
+        state.set_service(h.key.clone(), service_owner(self), object, h.values);
+        Some(h.key)
+    }
+
+    fn forget(state: &mut AllocationState, key: &HolderKey) {
+        state.remove_service(key);
     }
 }
 
@@ -111,6 +153,29 @@ impl HolderSource for AllocationClaim {
                 values: Vec::new(),
             },
         })
+    }
+
+    fn record(&self, state: &mut AllocationState) -> Option<HolderKey> {
+        let object = self.object()?;
+        let key = HolderKey::Claim {
+            name: object.name.clone(),
+        };
+        state.set_claim(object);
+        Some(key)
+    }
+
+    fn forget(state: &mut AllocationState, key: &HolderKey) {
+        if let HolderKey::Claim { name } = key {
+            state.remove_claim(name);
+        }
+    }
+
+    /// Released claims hold nothing but are still known.
+    fn known(state: &AllocationState) -> Vec<HolderKey> {
+        state
+            .claim_names()
+            .map(|name| HolderKey::Claim { name: name.clone() })
+            .collect()
     }
 }
 

@@ -1,10 +1,11 @@
-//! The claim repair loop: periodically release claims no Service uses.
+//! The claim repair loop: periodically delete claims no Service uses.
 //!
 //! Every replica may run it: deletes carry the claim's uid as a precondition, so a claim
 //! released and re-taken in between is never deleted by a stale decision, and a claim
 //! already gone counts as released. A pass is skipped (and the unused-time record
-//! cleared) while the Service or claim watch is not in sync — before the first list, while
-//! it fails, while it re-lists — because "no Service holds it" then means nothing.
+//! cleared) while the Service or claim watch is not in sync — before the first list,
+//! after a failure until the watch has listed again — because "no Service holds it" then
+//! means nothing. The watches themselves raise and clear that signal ([`super::watch`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,8 @@ use tracing::{debug, info, warn};
 
 use super::watch::{Readiness, SharedState, lock};
 use crate::claim::AllocationClaim;
-use crate::claim::repair::{ClaimRecord, UnusedClaims};
+use crate::claim::repair::{ClaimRecord, ReleaseReason, UnusedClaims};
+use crate::metrics::WebhookMetrics;
 use crate::state::{AllocationState, HolderKey};
 
 /// Settings of the repair loop.
@@ -37,27 +39,40 @@ pub fn held_by_service(state: &AllocationState, value: Claim) -> bool {
         .any(|h| matches!(h.key, HolderKey::Service { .. }))
 }
 
-/// One pass at `now`: list claims, release those `unused` has seen unused for `grace`.
-/// Returns how many were deleted.
+/// What one repair pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairPass {
+    /// Claims deleted, with why.
+    pub released: Vec<(String, ReleaseReason)>,
+}
+
+/// One pass at `now`: list claims; delete the ones whose Service the state saw give
+/// them up, and those `unused` has seen unused for `grace`.
 pub async fn repair_once(
     client: &Client,
     state: &SharedState,
     unused: &mut UnusedClaims,
     grace: Duration,
     now: Instant,
-) -> Result<usize, kube::Error> {
+) -> Result<RepairPass, kube::Error> {
     let api: Api<AllocationClaim> = Api::all(client.clone());
     let claims = api.list(&ListParams::default()).await?;
     let records: Vec<ClaimRecord> = claims.items.iter().map(ClaimRecord::of).collect();
-    let doomed: Vec<(ClaimRecord, &'static str)> = {
+    let doomed: Vec<(ClaimRecord, ReleaseReason)> = {
         let st = lock(state);
         unused
-            .claims_to_release(&records, |v| held_by_service(&st, v), now, grace)
+            .claims_to_release(
+                &records,
+                |c| st.released_claim(&c.name, &c.uid).is_some(),
+                |v| held_by_service(&st, v),
+                now,
+                grace,
+            )
             .into_iter()
-            .map(|(c, why)| (c.clone(), why.label()))
+            .map(|(c, why)| (c.clone(), why))
             .collect()
     };
-    let mut deleted = 0;
+    let mut pass = RepairPass::default();
     for (c, why) in doomed {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
@@ -68,11 +83,9 @@ pub async fn repair_once(
         };
         match api.delete(&c.name, &params).await {
             Ok(_) => {
-                info!(claim = %c.name, reason = why, "released allocation claim");
-                lock(state).remove(&HolderKey::Claim {
-                    name: c.name.clone(),
-                });
-                deleted += 1;
+                debug!(claim = %c.name, reason = why.label(), "released allocation claim");
+                lock(state).remove_claim(&c.name);
+                pass.released.push((c.name, why));
             }
             // Already released, or re-taken by another request since the list.
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
@@ -81,7 +94,7 @@ pub async fn repair_once(
             Err(e) => return Err(e),
         }
     }
-    Ok(deleted)
+    Ok(pass)
 }
 
 /// Run passes every `config.interval` until `cancel`.
@@ -90,11 +103,13 @@ pub async fn run(
     state: SharedState,
     readiness: Arc<Readiness>,
     config: RepairConfig,
+    metrics: WebhookMetrics,
     cancel: CancellationToken,
 ) {
     let mut unused = UnusedClaims::default();
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut skipping = false;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -103,13 +118,36 @@ pub async fn run(
         if !readiness.repair_safe() {
             // What was seen unused before the outage proves nothing about now.
             unused = UnusedClaims::default();
-            debug!("claim repair skipped: the Service or claim watch is not in sync");
+            if !skipping {
+                info!("claim repair paused: the Service or claim watch is not in sync");
+                skipping = true;
+            }
             continue;
         }
-        if let Err(e) =
-            repair_once(&client, &state, &mut unused, config.grace, Instant::now()).await
-        {
-            warn!(error = %e, "claim repair pass failed; retrying next interval");
+        if skipping {
+            info!("claim repair resumed: the Service and claim watches are in sync");
+            skipping = false;
+        }
+        match repair_once(&client, &state, &mut unused, config.grace, Instant::now()).await {
+            Ok(pass) => {
+                metrics.repair_passes.inc();
+                for (_, why) in &pass.released {
+                    metrics.released(why.label());
+                }
+                if !pass.released.is_empty() {
+                    let claims: Vec<String> = pass
+                        .released
+                        .iter()
+                        .map(|(name, why)| format!("{name} ({})", why.label()))
+                        .collect();
+                    info!(
+                        released = pass.released.len(),
+                        claims = %claims.join(", "),
+                        "released allocation claims"
+                    );
+                }
+            }
+            Err(e) => warn!(error = %e, "claim repair pass failed; retrying next interval"),
         }
     }
 }

@@ -14,6 +14,7 @@ use super::admission::Webhook;
 use super::claimer::KubeClaims;
 use super::repair::{self, RepairConfig};
 use super::watch::{self, Readiness, SharedState};
+use crate::metrics::WebhookMetrics;
 use crate::state::AllocationState;
 
 /// Settings of the webhook's allocation side.
@@ -26,6 +27,8 @@ pub struct WebhookOptions {
     pub seed: u64,
     /// Claim repair loop settings.
     pub repair: RepairConfig,
+    /// Where the webhook counts what it does (registered by the caller's `/metrics`).
+    pub metrics: WebhookMetrics,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.
@@ -39,6 +42,7 @@ pub struct Started {
     state: SharedState,
     readiness: Arc<Readiness>,
     repair: RepairConfig,
+    metrics: WebhookMetrics,
 }
 
 impl std::fmt::Debug for Started {
@@ -68,6 +72,7 @@ impl Started {
             self.state.clone(),
             self.readiness.clone(),
             self.repair,
+            self.metrics.clone(),
             cancel,
         )
     }
@@ -105,6 +110,7 @@ pub async fn start_watches(
         state.clone(),
         KubeClaims::new(client.clone()),
         readiness.clone(),
+        options.metrics.clone(),
     ));
     Ok(Started {
         webhook,
@@ -113,5 +119,6 @@ pub async fn start_watches(
         state,
         readiness,
         repair: options.repair,
+        metrics: options.metrics,
     })
 }

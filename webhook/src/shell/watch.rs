@@ -8,12 +8,12 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::IPAddress;
 use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -37,65 +37,74 @@ pub fn lock(state: &SharedState) -> MutexGuard<'_, AllocationState> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Which sources have completed their first list, and which are currently in sync
-/// (not failing, not in the middle of a re-list).
+/// Which sources have completed their first list (the webhook may answer), and which
+/// are in sync right now: listed since their last failure. Only the watch loop
+/// ([`feed`]) writes these, from what the watch itself reports, so production and
+/// tests see the same signals.
 #[derive(Debug, Default)]
 pub struct Readiness {
-    services: AtomicBool,
-    claims: AtomicBool,
-    ip_addresses: AtomicBool,
-    services_in_sync: AtomicBool,
-    claims_in_sync: AtomicBool,
+    listed: [AtomicBool; 3],
+    in_sync: [AtomicBool; 3],
 }
 
+fn slot(kind: SourceKind) -> usize {
+    match kind {
+        SourceKind::Services => 0,
+        SourceKind::Claims => 1,
+        SourceKind::IpAddresses => 2,
+    }
+}
+
+const ALL_SOURCES: [SourceKind; 3] = [
+    SourceKind::Services,
+    SourceKind::Claims,
+    SourceKind::IpAddresses,
+];
+
 impl Readiness {
-    fn flag(&self, kind: SourceKind) -> &AtomicBool {
-        match kind {
-            SourceKind::Services => &self.services,
-            SourceKind::Claims => &self.claims,
-            SourceKind::IpAddresses => &self.ip_addresses,
-        }
+    /// `kind` finished a (re-)list: it is ready, and in sync until its next failure.
+    pub fn listed(&self, kind: SourceKind) {
+        self.listed[slot(kind)].store(true, Ordering::Release);
+        self.in_sync[slot(kind)].store(true, Ordering::Release);
     }
 
-    /// Mark `kind` synced.
-    pub fn set(&self, kind: SourceKind) {
-        self.flag(kind).store(true, Ordering::Release);
+    /// `kind`'s watch failed or started a re-list: what it shows may be missing changes
+    /// until the next list completes.
+    pub fn out_of_sync(&self, kind: SourceKind) {
+        self.in_sync[slot(kind)].store(false, Ordering::Release);
     }
 
     /// Has `kind` completed a list?
     pub fn is_synced(&self, kind: SourceKind) -> bool {
-        self.flag(kind).load(Ordering::Acquire)
+        self.listed[slot(kind)].load(Ordering::Acquire)
     }
 
-    /// Record whether `kind`'s watch is currently in sync. Only Services and claims
-    /// are tracked: they are what the repair loop's decisions rest on.
-    pub fn set_in_sync(&self, kind: SourceKind, in_sync: bool) {
-        let flag = match kind {
-            SourceKind::Services => &self.services_in_sync,
-            SourceKind::Claims => &self.claims_in_sync,
-            SourceKind::IpAddresses => return,
-        };
-        flag.store(in_sync, Ordering::Release);
+    /// Is `kind` listed and not failing since?
+    pub fn is_in_sync(&self, kind: SourceKind) -> bool {
+        self.in_sync[slot(kind)].load(Ordering::Acquire)
     }
 
     /// Are the Service and claim watches both in sync right now? While one fails (or
     /// re-lists) "no Service holds this value" may just mean "not seen yet".
     pub fn repair_safe(&self) -> bool {
-        self.all()
-            && self.services_in_sync.load(Ordering::Acquire)
-            && self.claims_in_sync.load(Ordering::Acquire)
+        self.all() && self.is_in_sync(SourceKind::Services) && self.is_in_sync(SourceKind::Claims)
     }
 
-    /// Every source synced.
+    /// Every source has completed a list.
     pub fn all(&self) -> bool {
-        [
-            SourceKind::Services,
-            SourceKind::Claims,
-            SourceKind::IpAddresses,
-        ]
-        .into_iter()
-        .all(|k| self.is_synced(k))
+        ALL_SOURCES.into_iter().all(|k| self.is_synced(k))
     }
+}
+
+/// What one watch event did to a source's sync state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// A (re-)list started: the source is out of sync until it completes.
+    Relisting,
+    /// A (re-)list completed: the source holds exactly what is stored.
+    Listed,
+    /// An object changed.
+    Changed,
 }
 
 /// Apply one watch event to the state. `seen` collects the keys of a list in progress.
@@ -103,42 +112,74 @@ pub fn apply_event<K: HolderSource>(
     state: &mut AllocationState,
     event: Event<K>,
     seen: &mut Option<HashSet<HolderKey>>,
-) -> bool {
+) -> Applied {
     match event {
         Event::Init => {
             *seen = Some(HashSet::new());
-            false
+            Applied::Relisting
         }
         Event::InitApply(obj) => {
-            if let Some(h) = obj.holding() {
-                if let Some(s) = seen.as_mut() {
-                    s.insert(h.key.clone());
-                }
-                state.set(h.key, h.owner, h.values);
+            if let Some(key) = obj.record(state)
+                && let Some(s) = seen.as_mut()
+            {
+                s.insert(key);
             }
-            false
+            Applied::Changed
         }
         Event::InitDone => {
             let keep = seen.take().unwrap_or_default();
-            state.retain(|k| !K::KIND.owns(k) || keep.contains(k));
-            true
+            for key in K::known(state) {
+                if !keep.contains(&key) {
+                    K::forget(state, &key);
+                }
+            }
+            Applied::Listed
         }
         Event::Apply(obj) => {
-            if let Some(h) = obj.holding() {
-                state.set(h.key, h.owner, h.values);
-            }
-            false
+            obj.record(state);
+            Applied::Changed
         }
         Event::Delete(obj) => {
             if let Some(k) = obj.key() {
-                state.remove(&k);
+                K::forget(state, &k);
             }
-            false
+            Applied::Changed
         }
     }
 }
 
-/// Watch `api` until `cancel`, feeding `state`.
+/// Delay before a failed watch lists again: doubles from 500 ms to 30 s, and starts
+/// over once a list completes.
+#[derive(Debug, Clone, Copy)]
+struct RelistBackoff {
+    next: Duration,
+}
+
+impl RelistBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+
+    fn take(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        d
+    }
+}
+
+/// Watch `api` until `cancel`, feeding `state` and `readiness`.
+///
+/// Any watch failure drops the stream and lists again (after a backoff): kube's watcher
+/// would otherwise resume some failures silently from its last resourceVersion, and a
+/// resumed watch says nothing when it is healthy again, so "in sync" could never be
+/// set back without a list. A list is the one event that proves the source complete.
 pub async fn feed<K>(
     api: Api<K>,
     state: SharedState,
@@ -148,26 +189,45 @@ pub async fn feed<K>(
     K: HolderSource + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let kind = K::KIND;
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut seen = None;
+    let mut backoff = RelistBackoff::new();
     loop {
-        let next = tokio::select! {
-            () = cancel.cancelled() => return,
-            next = stream.try_next() => next,
-        };
-        match next {
-            Ok(Some(event)) => {
-                let synced = apply_event(&mut lock(&state), event, &mut seen);
-                if synced && !readiness.is_synced(kind) {
-                    info!(source = kind.label(), "initial list loaded");
-                    readiness.set(kind);
+        let stream = watcher::watcher(api.clone(), watcher::Config::default());
+        futures::pin_mut!(stream);
+        let mut seen = None;
+        loop {
+            let next = tokio::select! {
+                () = cancel.cancelled() => return,
+                next = stream.try_next() => next,
+            };
+            match next {
+                Ok(Some(event)) => match apply_event(&mut lock(&state), event, &mut seen) {
+                    Applied::Relisting => readiness.out_of_sync(kind),
+                    Applied::Listed => {
+                        if !readiness.is_synced(kind) {
+                            info!(source = kind.label(), "initial list loaded");
+                        } else if !readiness.is_in_sync(kind) {
+                            info!(source = kind.label(), "re-listed; in sync again");
+                        }
+                        readiness.listed(kind);
+                        backoff.reset();
+                    }
+                    Applied::Changed => {}
+                },
+                Ok(None) => {
+                    readiness.out_of_sync(kind);
+                    warn!(source = kind.label(), "watch ended; listing again");
+                    break;
+                }
+                Err(e) => {
+                    readiness.out_of_sync(kind);
+                    warn!(source = kind.label(), error = %e, "watch failed; listing again after a backoff");
+                    break;
                 }
             }
-            Ok(None) => return,
-            Err(e) => {
-                warn!(source = kind.label(), error = %e, "watch failed; retrying with backoff")
-            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(backoff.take()) => {}
         }
     }
 }
@@ -221,7 +281,7 @@ pub async fn spawn_all(
                 info!(
                     "API server has no IPAddress objects; allocations are learned from Services and claims"
                 );
-                readiness.set(SourceKind::IpAddresses);
+                readiness.listed(SourceKind::IpAddresses);
                 break;
             }
             Err(e) => {
@@ -286,15 +346,18 @@ mod tests {
             None,
             vec![Claim::NodePort(30001)],
         );
-        let mut synced = false;
-        for e in [
+        let phases: Vec<Applied> = [
             Event::Init,
             Event::InitApply(claim("10.0.0.2")),
             Event::InitDone,
-        ] {
-            synced = apply_event(&mut s, e, &mut seen);
-        }
-        assert!(synced);
+        ]
+        .into_iter()
+        .map(|e| apply_event(&mut s, e, &mut seen))
+        .collect();
+        assert_eq!(
+            phases,
+            [Applied::Relisting, Applied::Changed, Applied::Listed]
+        );
         assert!(!has(&s, "10.0.0.1"));
         assert!(has(&s, "10.0.0.2"));
         assert!(s.allocators().has(Claim::NodePort(30001)));
@@ -313,28 +376,36 @@ mod tests {
     #[test]
     fn repair_waits_for_services_and_claims_to_be_in_sync() {
         let r = Readiness::default();
-        for k in [
-            SourceKind::Services,
-            SourceKind::Claims,
-            SourceKind::IpAddresses,
-        ] {
-            r.set(k);
+        for k in ALL_SOURCES {
+            r.listed(k);
         }
-        assert!(!r.repair_safe());
-        r.set_in_sync(SourceKind::Services, true);
-        r.set_in_sync(SourceKind::Claims, true);
         assert!(r.repair_safe());
-        r.set_in_sync(SourceKind::Services, false);
+        r.out_of_sync(SourceKind::Services);
         assert!(!r.repair_safe(), "a failing Service watch");
+        assert!(r.all(), "readiness to answer survives a failure");
+        r.listed(SourceKind::Services);
+        assert!(r.repair_safe(), "a completed re-list");
+        r.out_of_sync(SourceKind::IpAddresses);
+        assert!(r.repair_safe(), "IPAddresses do not gate the repair");
+    }
+
+    #[test]
+    fn the_relist_backoff_doubles_to_a_cap_and_starts_over() {
+        let mut b = RelistBackoff::new();
+        let seq: Vec<u64> = (0..8).map(|_| b.take().as_millis() as u64).collect();
+        assert_eq!(seq, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        b.reset();
+        assert_eq!(b.take(), Duration::from_millis(500));
     }
 
     #[test]
     fn readiness_needs_every_source() {
         let r = Readiness::default();
-        r.set(SourceKind::Services);
-        r.set(SourceKind::Claims);
+        r.listed(SourceKind::Services);
+        r.listed(SourceKind::Claims);
         assert!(!r.all());
-        r.set(SourceKind::IpAddresses);
+        assert!(!r.repair_safe());
+        r.listed(SourceKind::IpAddresses);
         assert!(r.all());
     }
 }

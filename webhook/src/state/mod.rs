@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use lifecycle::Lifecycle;
+pub use lifecycle::{ClaimObject, ReleasedClaim, ServiceObject, created_seconds};
 use svcplane_allocator::range::IpFamily;
 use svcplane_allocator::{Allocators, Claim, Transaction};
 
@@ -25,6 +27,9 @@ pub struct ServiceRef {
     pub generate_name: String,
     /// The admission request that reserved or claimed the value (empty when unknown).
     pub request_uid: String,
+    /// `metadata.uid` of the Service when the request knew it (an UPDATE); a CREATE
+    /// is reviewed before the API server assigns one. Not part of [`Self::matches`].
+    pub uid: String,
 }
 
 impl ServiceRef {
@@ -35,7 +40,14 @@ impl ServiceRef {
             name: name.to_string(),
             generate_name: generate_name.to_string(),
             request_uid: request_uid.to_string(),
+            uid: String::new(),
         }
+    }
+
+    /// The same reference, naming the Service's uid.
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        self.uid = uid.to_string();
+        self
     }
 
     /// A stored Service, known by namespace and name.
@@ -129,6 +141,8 @@ pub struct AllocationState {
     /// Holders by the owner fields [`ServiceRef::matches`] looks at, so finding a
     /// Service's own values costs its own holders, not a scan of every value.
     by_owner: HashMap<OwnerIndex, Vec<HolderKey>>,
+    /// Service incarnations and claim bindings (see [`lifecycle`]).
+    lifecycle: Lifecycle,
 }
 
 /// Where a holder is found from the Service it may belong to.
@@ -179,6 +193,7 @@ impl AllocationState {
             by_value: HashMap::new(),
             by_holder: HashMap::new(),
             by_owner: HashMap::new(),
+            lifecycle: Lifecycle::default(),
         }
     }
 
@@ -387,6 +402,8 @@ fn mark(allocators: &mut Allocators, value: Claim) {
         }
     }
 }
+
+mod lifecycle;
 
 #[cfg(test)]
 mod tests;

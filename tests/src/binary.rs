@@ -1,0 +1,192 @@
+//! The `svcplane` binary as shipped, started as a separate process by the e2e suites.
+//!
+//! A behaviour is proven when the binary does it against a real API server, so the
+//! suites that check user-visible behaviour start `target/<profile>/svcplane` (built by
+//! `cargo test --workspace --all-targets` beside the test binaries) rather than calling
+//! library functions. A missing binary skips the test outside CI and fails it under
+//! `CI=true`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `svcplane` binary next to the running test binary
+/// (`target/<profile>/deps/<test>-<hash>` → `target/<profile>/svcplane`).
+pub fn svcplane_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("svcplane");
+    bin.is_file().then_some(bin)
+}
+
+/// [`svcplane_bin`], or `None` after printing why the test is skipped; panics under
+/// `CI=true`, where a missing binary is an error.
+pub fn svcplane_bin_or_skip(test: &str) -> Option<PathBuf> {
+    let bin = svcplane_bin();
+    if bin.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: the svcplane binary is not built next to the tests \
+             (run `cargo test --workspace --all-targets`)"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: the svcplane binary is not built next to the tests"
+        );
+    }
+    bin
+}
+
+/// A free loopback port (bound and released; good enough for tests on one machine).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// A running `svcplane` process; killed when dropped.
+#[derive(Debug)]
+pub struct SvcplaneProcess {
+    child: Child,
+    /// A name for messages (and `POD_NAME`).
+    pub name: String,
+    /// The admin address (`--metrics-bind-address`) when the caller set one.
+    pub admin: Option<SocketAddr>,
+}
+
+impl SvcplaneProcess {
+    /// Start `bin` with `args`, `POD_NAME=name`, logs to this process' stderr.
+    pub fn spawn(bin: &Path, name: &str, args: &[String], admin: Option<SocketAddr>) -> Self {
+        Self::spawn_with_stderr(bin, name, args, admin, Stdio::inherit())
+    }
+
+    /// As [`Self::spawn`], with stderr sent where the caller says.
+    pub fn spawn_with_stderr(
+        bin: &Path,
+        name: &str,
+        args: &[String],
+        admin: Option<SocketAddr>,
+        stderr: Stdio,
+    ) -> Self {
+        let child = Command::new(bin)
+            .args(args)
+            .env("POD_NAME", name)
+            .env(
+                "RUST_LOG",
+                std::env::var("SVCPLANE_E2E_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        Self {
+            child,
+            name: name.to_owned(),
+            admin,
+        }
+    }
+
+    /// Send a signal (`TERM`, `KILL`).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {}", self.name);
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Has the process exited?
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// GET `path` on the admin address: (status, body).
+    pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let addr = self
+            .admin
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no admin address"))?;
+        http_get(addr, path)
+    }
+
+    /// Waits up to `limit` for `/readyz` to answer 200.
+    pub async fn wait_ready(&mut self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            assert!(!self.exited(), "{} exited before it was ready", self.name);
+            if matches!(self.admin_get("/readyz"), Ok((200, _))) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} not ready after {limit:?}: {:?}",
+                self.name,
+                self.admin_get("/readyz")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The value of the sample `series` (name with labels, as exposed) on `/metrics`.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, body) = self.admin_get("/metrics").ok()?;
+        body.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+    }
+}
+
+impl Drop for SvcplaneProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The holder of the `svcplane` Lease in `ns` (`None` while nobody holds it).
+pub async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
+    kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), ns)
+        .get_opt("svcplane")
+        .await
+        .unwrap_or_else(|e| panic!("reading the Lease in {ns}: {e}"))
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// A minimal HTTP/1.0 GET (the admin server is plain HTTP on loopback).
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
