@@ -32,7 +32,7 @@ pub use ip_allocator::{CidrAllocator, FamilyAllocator};
 pub use node_port::{PortAllocator, PortRange};
 pub use plan::{
     AllocationPlan, AllocatorConfig, AllocatorEvent, DEFAULT_SERVICE_CLUSTER_IP_RANGE,
-    DEFAULT_SERVICE_NODE_PORT_RANGE, ServiceUpdate, plan_allocations,
+    DEFAULT_SERVICE_NODE_PORT_RANGE, ServiceUpdate, plan_allocations, repair_findings,
 };
 pub use range::{Cidr, IpFamily};
 pub use rebuild::{Rebuilt, rebuild};

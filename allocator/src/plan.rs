@@ -164,6 +164,18 @@ pub fn lacks_allocation(v: &SvcView, dual_stack_cluster: bool) -> bool {
     needs_ip || needs_ports || needs_hc
 }
 
+/// What the repair loops would report about `services` (duplicates, out-of-range and
+/// invalid values), from a fresh rebuild over `config`'s ranges; shared by
+/// `svcplane run`'s allocator-repair controller and [`plan_allocations`].
+pub fn repair_findings(
+    services: &[Service],
+    config: &AllocatorConfig,
+    seed: u64,
+) -> Result<Vec<crate::repair::Finding>, String> {
+    let mut allocators = config.allocators(seed)?;
+    Ok(rebuild(&mut allocators, services).findings)
+}
+
 /// Rebuild state from all Services (existing allocations first, repair findings as events),
 /// then allocate for every Service still lacking ClusterIP(s) or nodePort(s), in (namespace, name) order.
 pub fn plan_allocations(

@@ -65,6 +65,16 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// The upstream repair loop that reports this finding (events' reporting
+    /// component): the NodePort repair for `Port…` reasons, else the ClusterIP one.
+    pub fn component(&self) -> &'static str {
+        if self.reason.starts_with("Port") {
+            "portallocator-repair-controller"
+        } else {
+            "ipallocator-repair-controller"
+        }
+    }
+
     fn on_service(
         v: &SvcView,
         reason: &'static str,

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use divan::Bencher;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use svcplane_controller::core::cached_pod::CachedPod;
 use svcplane_controller::core::endpointslice::{Inputs, Outcome, reconcile};
 use svcplane_controller::core::fixtures::{apply_plan, node, nodes, pod, svc};
 use svcplane_controller::core::pod::PodView;
+use svcplane_controller::shell::cache::CachedPod;
 
 const SIZES: &[usize] = &[10, 100, 1000, 10000];
 

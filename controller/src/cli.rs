@@ -10,6 +10,7 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::endpointslice::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE_LIMIT};
+use crate::shell::registry;
 
 /// svcplane: the Kubernetes Service-networking control plane (EndpointSlices,
 /// Endpoints, mirroring, ClusterIP/NodePort allocation), in Rust.
@@ -64,33 +65,27 @@ pub struct WebhookArgs {
     pub log_format: LogFormat,
 }
 
-/// The controllers `svcplane run` knows (`--controllers`).
-pub const RUN_CONTROLLERS: &[&str] = &[
-    "endpointslice",
-    "endpoints",
-    "endpointslicemirroring",
-    "allocator-repair",
-];
-
 /// `--controllers` as kube-controller-manager reads it: `name` enables a controller,
-/// `-name` disables it, `*` enables every controller not disabled. `endpoint` is
-/// accepted for `endpoints` (kube-controller-manager's name).
+/// `-name` disables it, `*` enables every controller not disabled. The names and their
+/// aliases (kube-controller-manager's `endpoint`, `endpointslice-controller`, ...)
+/// come from the controller registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerList(pub Vec<String>);
 
 impl ControllerList {
-    /// Whether `name` (one of [`RUN_CONTROLLERS`]) runs.
+    /// Whether the controller `name` (a canonical name) runs.
     pub fn enables(&self, name: &str) -> bool {
-        let canonical = |s: &str| match s.strip_prefix('-') {
-            Some("endpoint") => "-endpoints".to_owned(),
-            None if s == "endpoint" => "endpoints".to_owned(),
-            _ => s.to_owned(),
+        let disabled = |i: &str| {
+            i.strip_prefix('-')
+                .and_then(registry::canonical)
+                .is_some_and(|c| c == name)
         };
-        let items: Vec<String> = self.0.iter().map(|s| canonical(s)).collect();
-        if items.iter().any(|i| i.strip_prefix('-') == Some(name)) {
+        if self.0.iter().any(|i| disabled(i)) {
             return false;
         }
-        items.iter().any(|i| i == name || i == "*")
+        self.0
+            .iter()
+            .any(|i| i == "*" || registry::canonical(i) == Some(name))
     }
 }
 
@@ -105,11 +100,11 @@ fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
     for raw in value.split(',') {
         let item = raw.trim();
         let name = item.strip_prefix('-').unwrap_or(item);
-        let known = name == "endpoint" || RUN_CONTROLLERS.contains(&name) || item == "*";
+        let known = item == "*" || registry::canonical(name).is_some();
         if !known {
             return Err(format!(
                 "unknown controller {item:?}; known: {}, `*` for all, `-name` to disable one",
-                RUN_CONTROLLERS.join(", ")
+                registry::names().collect::<Vec<_>>().join(", ")
             ));
         }
         items.push(item.to_owned());
@@ -664,7 +659,7 @@ mod tests {
     #[test]
     fn run_defaults_match_kube_controller_manager_and_the_issue() {
         let r = run(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).unwrap();
-        for name in RUN_CONTROLLERS {
+        for name in registry::names() {
             assert!(r.controllers.enables(name), "{name}");
         }
         assert_eq!(r.max_endpoints_per_slice, 100);

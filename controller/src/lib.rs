@@ -14,4 +14,5 @@ pub mod leader;
 pub mod plan;
 pub mod run_cmd;
 pub mod shell;
+mod token_bucket;
 pub mod webhook_cmd;

@@ -22,19 +22,21 @@ use svcplane_webhook::handler::AdmissionHandler;
 use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::server::{ServerConfig, bind};
 use svcplane_webhook::shell::repair::RepairConfig;
-use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start_watches};
+use svcplane_webhook::shell::{
+    KubeClaims, ServiceSource, Started, Webhook, WebhookOptions, start_watches,
+};
 use svcplane_webhook::tls::CertStatus;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
-use crate::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
 use crate::kube_client::{self, Clients, users};
 use crate::leader::{self, LeaderElector};
 use crate::shell::admin;
+use crate::shell::cache::{Cache, Resource};
 use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
 use crate::shell::metrics::Metrics;
-use crate::shell::runtime::{ControllerOptions, Controllers, Enabled};
+use crate::shell::runtime::{self, ControllerOptions, Controllers};
 
 /// How long in-flight admission requests may finish after a shutdown signal.
 pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
@@ -97,34 +99,28 @@ impl RunOptions {
             .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
         let identity = leader::identity_from_env();
         let seed = kube_client::random_seed();
-        let c = &args.controllers;
-        let enabled = Enabled {
-            endpoint_slice: c.enables("endpointslice"),
-            endpoints: c.enables("endpoints"),
-            mirroring: c.enables("endpointslicemirroring"),
-            allocator_repair: c.enables("allocator-repair"),
-        };
+        let enabled = crate::shell::registry::names()
+            .filter(|name| args.controllers.enables(name))
+            .collect();
         let batch = args.endpoint_updates_batch_period;
         let controllers = ControllerOptions {
             enabled,
             endpoint_slice: endpointslice::Config {
                 max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
+                workers: usize::from(args.concurrent_service_endpoint_syncs),
                 batch_period: args.endpointslice_updates_batch_period.unwrap_or(batch),
             },
             endpoints: endpoints::Config {
                 batch_period: batch,
+                workers: usize::from(args.concurrent_endpoint_syncs),
             },
             mirroring: mirroring::Config {
                 max_endpoints_per_subset: usize::from(args.mirroring_max_endpoints_per_subset),
+                workers: usize::from(args.mirroring_concurrent_service_endpoint_syncs),
                 batch_period: args
                     .mirroring_endpointslice_updates_batch_period
                     .unwrap_or(batch),
             },
-            workers: (
-                usize::from(args.concurrent_service_endpoint_syncs),
-                usize::from(args.concurrent_endpoint_syncs),
-                usize::from(args.mirroring_concurrent_service_endpoint_syncs),
-            ),
             allocator_repair: allocator_repair::Config {
                 allocator: allocator.clone(),
                 interval: args.allocator_repair_interval,
@@ -156,6 +152,8 @@ impl RunOptions {
                     },
                     // Replaced by the process' own counters when the webhook starts.
                     metrics: WebhookMetrics::default(),
+                    // The process watches Services once, for the controllers too.
+                    services: ServiceSource::External,
                 },
             })
         } else {
@@ -195,44 +193,26 @@ impl RunOptions {
         })
     }
 
-    /// Defaults for tests and embedders: every controller, no webhook, no leader
-    /// election, no admin server.
+    /// `svcplane run`'s defaults, as the command line gives them, for tests and the
+    /// simulator: every default controller, no webhook, no leader election, no admin
+    /// server, a fixed identity and allocator seed, and `allocator`'s ranges.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn for_tests(allocator: AllocatorConfig) -> Self {
-        Self {
-            controllers: ControllerOptions {
-                enabled: Enabled {
-                    endpoint_slice: true,
-                    endpoints: true,
-                    mirroring: true,
-                    allocator_repair: true,
-                },
-                endpoint_slice: endpointslice::Config {
-                    max_endpoints_per_slice: DEFAULT_MAX_ENDPOINTS_PER_SLICE,
-                    batch_period: Duration::ZERO,
-                },
-                endpoints: endpoints::Config {
-                    batch_period: Duration::ZERO,
-                },
-                mirroring: mirroring::Config {
-                    max_endpoints_per_subset:
-                        crate::core::mirroring::DEFAULT_MAX_ENDPOINTS_PER_SUBSET,
-                    batch_period: Duration::ZERO,
-                },
-                workers: (5, 5, 5),
-                allocator_repair: allocator_repair::Config {
-                    allocator,
-                    interval: Duration::from_secs(180),
-                    seed: 1,
-                },
-                identity: "svcplane-test".into(),
-                list_page_size: 500,
-            },
-            webhook: None,
-            leader: None,
-            metrics_bind: None,
-            shutdown_grace: Duration::from_secs(20),
-            identity: "svcplane-test".into(),
-        }
+        use clap::Parser;
+        let cli = crate::cli::Cli::parse_from(["svcplane", "run", "--webhook=false"]);
+        let crate::cli::Command::Run(args) = cli.command else {
+            unreachable!("`svcplane run` parses as the run command");
+        };
+        // The defaults parse: `from_args` only fails on bad flags or leader timings.
+        #[allow(clippy::expect_used)]
+        let mut options = Self::from_args(&args).expect("the default run flags are valid");
+        options.controllers.allocator_repair.allocator = allocator;
+        options.controllers.allocator_repair.seed = 1;
+        options.controllers.identity = "svcplane-test".into();
+        options.identity = "svcplane-test".into();
+        options.leader = None;
+        options.metrics_bind = None;
+        options
     }
 }
 
@@ -245,11 +225,17 @@ type WebhookState = Arc<std::sync::OnceLock<(Arc<CertStatus>, Arc<Webhook<KubeCl
 pub struct RunHandle {
     controllers: std::sync::Mutex<std::sync::Weak<Controllers>>,
     metrics: Metrics,
+    webhook: std::sync::OnceLock<Arc<Webhook<KubeClaims>>>,
 }
 
 impl RunHandle {
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The admission webhook, once started (every replica serves it).
+    pub fn webhook(&self) -> Option<&Arc<Webhook<KubeClaims>>> {
+        self.webhook.get()
     }
 
     /// The running controllers, while this process leads.
@@ -398,6 +384,9 @@ async fn run_inner(
     let metrics = handle.metrics.clone();
 
     let mut spawned = AbortOnDrop::default();
+    // One cache for the process: the Service watch feeds the webhook (every replica)
+    // and, on the leader, the controllers, which add the watches only they need.
+    let cache = Arc::new(Cache::default());
     // Webhook: every replica. Its watches outlive the server's drain.
     let webhook_watches = CancellationToken::new();
     let mut webhook: Option<(Started, svcplane_webhook::server::Running)> = None;
@@ -416,9 +405,20 @@ async fn run_inner(
             .await
             .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
         let _ = webhook_state.set((running.certs(), started.webhook.clone()));
+        let _ = handle.webhook.set(started.webhook.clone());
         spawned
             .0
             .extend(started.tasks.iter().map(|t| t.abort_handle()));
+        cache.services.attach(Arc::new(started.service_sink()));
+        if let Some(t) = runtime::watch(
+            &cache,
+            Resource::Services,
+            &clients.get(users::INFORMERS),
+            options.controllers.list_page_size,
+            &webhook_watches,
+        ) {
+            spawned.0.push(t.abort_handle());
+        }
         webhook = Some((started, running));
     }
 
@@ -469,6 +469,7 @@ async fn run_inner(
         info!(identity = %options.identity, "leading: starting controllers");
         let c = Arc::new(Controllers::start(
             &clients,
+            cache.clone(),
             options.controllers.clone(),
             metrics.clone(),
         ));
@@ -565,4 +566,41 @@ pub fn main(args: &RunArgs) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::from)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn from_flags(flags: &[&str]) -> RunOptions {
+        let mut argv = vec!["svcplane", "run"];
+        argv.extend_from_slice(flags);
+        let crate::cli::Command::Run(args) = crate::cli::Cli::parse_from(argv).command else {
+            panic!("not the run command");
+        };
+        RunOptions::from_args(&args).unwrap()
+    }
+
+    #[test]
+    fn the_webhook_of_run_is_fed_by_the_process_service_watch() {
+        let o = from_flags(&["--tls-cert-file=c", "--tls-private-key-file=k"]);
+        let w = o.webhook.expect("the webhook is on by default");
+        assert_eq!(w.options.services, ServiceSource::External);
+    }
+
+    #[test]
+    fn controllers_come_from_the_registry_and_honour_aliases() {
+        let o = from_flags(&["--webhook=false"]);
+        let all: Vec<&str> = crate::shell::registry::names().collect();
+        assert_eq!(o.controllers.enabled.iter().copied().collect::<Vec<_>>(), {
+            let mut a = all.clone();
+            a.sort_unstable();
+            a
+        });
+        let o = from_flags(&["--webhook=false", "--controllers=*,-endpoints-controller"]);
+        assert!(!o.controllers.enabled.contains("endpoints"));
+        assert!(o.controllers.enabled.contains("endpointslice"));
+    }
 }

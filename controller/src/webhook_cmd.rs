@@ -58,6 +58,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
                 grace: args.server.claim_grace_period,
             },
             metrics: metrics.webhook().clone(),
+            services: Default::default(),
         },
         background.clone(),
     )

@@ -23,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
-use svcplane_controller::core::cached_pod::CachedPod;
 use svcplane_controller::core::endpoints::{self, EndpointsWrite};
 use svcplane_controller::core::endpointslice::triggers::{
     services_for_pod, services_for_pod_update,
@@ -34,6 +33,7 @@ use svcplane_controller::core::keys::ANNOTATION_TOPOLOGY_MODE;
 use svcplane_controller::core::pod::{PodView, find_port};
 use svcplane_controller::core::topology::TopologyPolicy;
 use svcplane_controller::core::trigger_time::TriggerTimeTracker;
+use svcplane_controller::shell::cache::CachedPod;
 use svcplane_controller::shell::cache::watched_pod::WatchedPod;
 
 const LABEL_KEYS: &[&str] = &["app", "tier", "pod-template-hash"];

@@ -235,6 +235,7 @@ impl LocalWebhook {
                     grace: Duration::from_secs(60),
                 },
                 metrics: Default::default(),
+                services: Default::default(),
             },
             cancel.clone(),
         )

@@ -556,3 +556,78 @@ async fn a_leader_that_lost_its_lease_writes_nothing_once_another_leads() {
     assert_converged_default(&fake);
     b.stop().await.unwrap();
 }
+
+/// `svcplane run` with its webhook watches Services once: the controllers and the
+/// webhook's allocation state are both fed by that one watch.
+#[tokio::test(start_paused = true)]
+async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook() {
+    use svcplane_allocator::Claim;
+    use svcplane_controller::run_cmd::WebhookRun;
+    use svcplane_webhook::handler::AdmissionHandler;
+    use svcplane_webhook::server::ServerConfig;
+    use svcplane_webhook::shell::repair::RepairConfig;
+    use svcplane_webhook::shell::{ServiceSource, WebhookOptions};
+
+    let fake = FakeApi::new();
+    fake.register(
+        "svcplane.io",
+        "v1alpha1",
+        "allocationclaims",
+        "AllocationClaim",
+        false,
+        false,
+    );
+    web_cluster(&fake, 3);
+    let mut web = svc("held").port("http", 80, 8080).build();
+    if let Some(spec) = web.spec.as_mut() {
+        spec.cluster_ip = Some("10.96.0.10".into());
+        spec.cluster_ips = Some(vec!["10.96.0.10".into()]);
+    }
+    fake.insert(web).unwrap();
+    let dir = std::env::temp_dir().join(format!("svcplane-run-webhook-{}", std::process::id()));
+    let certs = svcplane_tests::webhook_env::certs(&dir, &["127.0.0.1"]).unwrap();
+    let mut opts = options();
+    opts.webhook = Some(WebhookRun {
+        server: ServerConfig {
+            bind_address: "127.0.0.1:0".parse().unwrap(),
+            cert_file: certs.cert_file.clone(),
+            key_file: certs.key_file.clone(),
+            request_timeout: Duration::from_secs(4),
+            reload_interval: Duration::from_secs(30),
+            drain: Duration::from_millis(100),
+        },
+        options: WebhookOptions {
+            allocator: svcplane_tests::run_env::allocator(),
+            seed: 1,
+            repair: RepairConfig {
+                interval: Duration::from_secs(30),
+                grace: Duration::from_secs(60),
+            },
+            metrics: Default::default(),
+            services: ServiceSource::External,
+        },
+    });
+    let run = Instance::start(fake.client(), opts);
+    settle(&fake, &[&run], LIMIT).await;
+    assert_converged_default(&fake);
+    let webhook = run.handle.webhook().expect("the webhook started").clone();
+    assert!(
+        webhook.is_ready(),
+        "the Service feed listed through the shared watch"
+    );
+    assert!(
+        webhook
+            .state()
+            .lock()
+            .unwrap()
+            .allocators()
+            .has(Claim::Ip("10.96.0.10".parse().unwrap())),
+        "the webhook's state holds the stored Service's ClusterIP"
+    );
+    let s = fake.stats();
+    assert_eq!(s.requests(Verb::Watch, "services"), 1, "one Service watch");
+    assert_eq!(s.requests(Verb::List, "services"), 1, "one Service list");
+    assert_eq!(slices_of(&fake, "web").len(), 1, "the controllers ran");
+    run.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

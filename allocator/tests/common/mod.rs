@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use svcplane_allocator::{AllocatorConfig, Allocators};
 
 /// A Service from a JSON `spec`, named `ns/name`.
-pub fn svc(ns: &str, name: &str, spec: Value) -> Service {
+pub(crate) fn svc(ns: &str, name: &str, spec: Value) -> Service {
     serde_json::from_value(json!({
         "metadata": {"namespace": ns, "name": name},
         "spec": spec,
@@ -15,26 +15,26 @@ pub fn svc(ns: &str, name: &str, spec: Value) -> Service {
 }
 
 /// Allocators for `--service-cluster-ip-range`/`--service-node-port-range` values.
-pub fn allocators(cidrs: &str, ports: &str, seed: u64) -> Allocators {
+pub(crate) fn allocators(cidrs: &str, ports: &str, seed: u64) -> Allocators {
     AllocatorConfig::from_flags(cidrs, ports)
         .unwrap()
         .allocators(seed)
         .unwrap()
 }
 
-pub fn spec(s: &Service) -> &k8s_openapi::api::core::v1::ServiceSpec {
+pub(crate) fn spec(s: &Service) -> &k8s_openapi::api::core::v1::ServiceSpec {
     s.spec.as_ref().unwrap()
 }
 
-pub fn cluster_ips(s: &Service) -> Vec<String> {
+pub(crate) fn cluster_ips(s: &Service) -> Vec<String> {
     spec(s).cluster_ips.clone().unwrap_or_default()
 }
 
-pub fn families(s: &Service) -> Vec<String> {
+pub(crate) fn families(s: &Service) -> Vec<String> {
     spec(s).ip_families.clone().unwrap_or_default()
 }
 
-pub fn node_ports(s: &Service) -> Vec<i32> {
+pub(crate) fn node_ports(s: &Service) -> Vec<i32> {
     spec(s)
         .ports
         .iter()

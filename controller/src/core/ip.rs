@@ -4,7 +4,7 @@
 //! IPv6 lower-case and zero-compressed, IPv4-mapped IPv6 written as IPv4.
 //! Writing anything else would make every slice differ from upstream's.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 /// Address family of a parsed address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -23,38 +23,10 @@ impl Family {
     }
 }
 
-/// Parses an address the way upstream's "sloppy" parser does: IPv4 octets
-/// may carry leading zeros (`01.2.3.4`), and an IPv4-mapped IPv6 literal is
-/// the IPv4 address it maps. Returns `None` for anything unparseable.
-pub fn parse_sloppy(s: &str) -> Option<IpAddr> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(v6),
-            },
-            v4 => v4,
-        });
-    }
-    parse_v4_leading_zeros(s).map(IpAddr::V4)
-}
-
-/// Dotted quad whose octets may have leading zeros, read as decimal.
-fn parse_v4_leading_zeros(s: &str) -> Option<Ipv4Addr> {
-    let mut octets = [0u8; 4];
-    let mut parts = s.split('.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        *octet = part.parse().ok()?;
-    }
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(Ipv4Addr::from(octets))
-}
+/// Parses an address the way upstream's "sloppy" parser does (IPv4 octets may carry
+/// leading zeros; an IPv4-mapped IPv6 literal is the IPv4 address it maps); the
+/// allocator's parser, so both crates read addresses alike.
+pub use svcplane_allocator::range::parse_ip_sloppy as parse_sloppy;
 
 /// Family of an address string, after sloppy parsing.
 pub fn family_of(s: &str) -> Option<Family> {

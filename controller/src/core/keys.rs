@@ -3,6 +3,18 @@
 //! Kept in one place because a typo in any of them silently breaks interop
 //! with kube-proxy and the upstream controllers.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The `namespace/name` key of an object (an unset namespace reads as `""`): how
+/// Services, Endpoints and their slices are queued and tracked.
+pub fn object_key(meta: &ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 pub const LABEL_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";

@@ -3,10 +3,11 @@
 //! Nothing here performs I/O or reads a clock: callers pass snapshots and the
 //! current trigger time, and get back plans describing the writes to make.
 
-pub mod cached_pod;
+pub mod change;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod event;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 pub mod ip;
 pub mod keys;

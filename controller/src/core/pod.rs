@@ -2,12 +2,13 @@
 //! reconcilers (endpoints-spec §1.2, §1.3).
 //!
 //! The reconcilers read Pods only through [`PodView`], so the runtime can
-//! cache a compact copy ([`CachedPod`](crate::core::cached_pod::CachedPod))
+//! cache a compact copy ([`CachedPod`](crate::shell::cache::CachedPod))
 //! instead of whole API objects, while `plan`, the tests and the benches keep
 //! passing `Pod`s. Every predicate here is written once, over the trait, so
 //! the two representations differ only in how they answer the raw reads
 //! (checked by `controller/tests/cached_pod_equivalence.rs`).
 
+use crate::core::event::PlannedEvent;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Pod, PodCondition, Service, ServicePort,
 };
@@ -257,6 +258,29 @@ pub fn find_port<P: PodView>(pod: &P, port: &ServicePort) -> Option<i32> {
         Some(IntOrString::Int(n)) => Some(*n),
         Some(IntOrString::String(name)) => pod.find_named_port(name, service_port_protocol(port)),
     }
+}
+
+/// Reason of the Warning on a Pod whose status carries an address no parser accepts
+/// (svcplane's own; upstream would write it and have the slice refused).
+pub const REASON_INVALID_POD_IP: &str = "InvalidPodIP";
+
+/// The Warning for a Pod with unparseable `status.podIPs`, if it has any: the
+/// reconcilers leave such addresses out silently, so the Pod is told why.
+pub fn invalid_pod_ip_event<P: PodView + ?Sized>(pod: &P) -> Option<PlannedEvent> {
+    let bad: Vec<String> = pod
+        .pod_ips()
+        .filter(|a| crate::core::ip::parse_sloppy(a).is_none())
+        .map(|a| format!("{a:?}"))
+        .collect();
+    (!bad.is_empty()).then(|| {
+        PlannedEvent::warning(
+            REASON_INVALID_POD_IP,
+            format!(
+                "status.podIPs has unparseable address(es) {}; left out of EndpointSlices and Endpoints",
+                bad.join(", ")
+            ),
+        )
+    })
 }
 
 #[cfg(test)]

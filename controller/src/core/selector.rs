@@ -5,22 +5,9 @@ use std::collections::BTreeMap;
 
 use crate::core::pod::PodView;
 
-/// True when every `key: value` of `selector` is present in `labels`.
-pub fn selector_matches(
-    selector: Option<&BTreeMap<String, String>>,
-    labels: Option<&BTreeMap<String, String>>,
-) -> bool {
-    let Some(selector) = selector else {
-        return false;
-    };
-    selector
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-}
-
-/// [`selector_matches`] against a Pod's labels, through [`PodView`] so the
-/// cached representation matches exactly like the API object.
-pub fn selector_matches_pod<P: PodView>(
+/// True when every `key: value` of `selector` is one of the Pod's labels (read
+/// through [`PodView`], so a cached Pod matches exactly like the API object).
+pub fn selector_matches_pod<P: PodView + ?Sized>(
     selector: Option<&BTreeMap<String, String>>,
     pod: &P,
 ) -> bool {
@@ -34,6 +21,8 @@ pub fn selector_matches_pod<P: PodView>(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -41,6 +30,20 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// A Pod with these labels (`None`: no labels at all).
+    fn labelled(labels: Option<&BTreeMap<String, String>>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.labels = labels.cloned();
+        p
+    }
+
+    fn selector_matches(
+        selector: Option<&BTreeMap<String, String>>,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        selector_matches_pod(selector, &labelled(labels))
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tracing::debug;
 use crate::cli::{Controller, PlanArgs};
 use crate::core::endpointslice::{self, Inputs, Outcome, SliceWrite};
 use crate::core::event::EventType;
-use crate::core::selector::selector_matches;
+use crate::core::selector::selector_matches_pod;
 use crate::core::topology::TopologyPolicy;
 use crate::core::trigger_time::TriggerTimeTracker;
 
@@ -142,6 +142,12 @@ pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
         view = &allocated;
     }
     let mut doc = PlanDocument::default();
+    if controllers
+        .iter()
+        .any(|c| matches!(c, Controller::EndpointSlice | Controller::Endpoints))
+    {
+        pod_ip_events(view, &mut doc);
+    }
     for controller in controllers {
         match controller {
             Controller::EndpointSlice => plan_endpoint_slices(view, options, &mut doc),
@@ -157,6 +163,22 @@ pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
     doc
 }
 
+/// The Warnings `svcplane run` records on Pods with unparseable addresses when it
+/// first sees them (the same core rule).
+fn pod_ip_events(snapshot: &Snapshot, doc: &mut PlanDocument) {
+    for (key, pod) in &snapshot.pods {
+        if let Some(e) = crate::core::pod::invalid_pod_ip_event(pod.as_ref()) {
+            doc.events.push(Event {
+                event_type: e.event_type,
+                reason: e.reason.to_owned(),
+                object: key.to_string(),
+                kind: Some("Pod"),
+                message: e.message,
+            });
+        }
+    }
+}
+
 fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator::AllocationPlan {
     let services: Vec<Service> = snapshot
         .services
@@ -169,7 +191,7 @@ fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator
 fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
     pods.iter()
-        .filter(|p| selector_matches(selector, p.metadata.labels.as_ref()))
+        .filter(|p| selector_matches_pod(selector, p.as_ref()))
         .cloned()
         .collect()
 }
@@ -231,6 +253,7 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
             event_type: e.event_type,
             reason: e.reason.to_owned(),
             object: key.to_string(),
+            kind: None,
             message: e.message,
         }));
     }
@@ -259,6 +282,7 @@ fn emit_allocations(plan: svcplane_allocator::AllocationPlan, doc: &mut PlanDocu
         },
         reason: e.reason,
         object: e.object,
+        kind: None,
         message: e.message,
     }));
 }
@@ -277,6 +301,7 @@ fn planned_events(
         event_type: e.event_type,
         reason: e.reason.to_owned(),
         object: key.to_string(),
+        kind: None,
         message: e.message,
     }));
 }

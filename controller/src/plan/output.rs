@@ -61,6 +61,9 @@ pub struct Event {
     pub reason: String,
     /// `namespace/name` of the object the event is about.
     pub object: String,
+    /// Its kind, when it is not the controller's own (a `Pod`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
     pub message: String,
 }
 
@@ -129,6 +132,7 @@ mod tests {
                 event_type: EventType::Warning,
                 reason: "FailedToUpdateEndpointSlices".into(),
                 object: "ns/web".into(),
+                kind: None,
                 message: "boom".into(),
             }],
         };

@@ -30,7 +30,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const WEDGED_AFTER: Duration = Duration::from_secs(30);
 
 /// Why the process is not ready, or `Ok`.
-pub type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub(crate) type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 #[derive(Clone)]
 struct Admin {
@@ -88,14 +88,13 @@ async fn readyz(State(a): State<Admin>) -> Response {
 
 /// A listening admin server.
 #[derive(Debug)]
-pub struct AdminServer {
-    pub local_addr: SocketAddr,
+pub(crate) struct AdminServer {
     pub task: JoinHandle<()>,
 }
 
 /// Binds and serves until `shutdown` has fired and `stop` fires (the admin server
 /// outlives the drain, so `/readyz` reports "shutting down" meanwhile).
-pub async fn serve(
+pub(crate) async fn serve(
     bind: SocketAddr,
     metrics: Metrics,
     ready: ReadinessCheck,
@@ -133,7 +132,7 @@ pub async fn serve(
             warn!(error = %e, "admin server failed");
         }
     });
-    Ok(AdminServer { local_addr, task })
+    Ok(AdminServer { task })
 }
 
 #[cfg(test)]

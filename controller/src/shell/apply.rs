@@ -18,7 +18,7 @@ use super::metrics::Metrics;
 
 /// What a failed write means for the sync that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteErrorKind {
+pub(crate) enum WriteErrorKind {
     /// 409: someone else wrote first (or our cache was behind); re-read and retry.
     Conflict,
     /// 403 with cause `NamespaceTerminating`: creates into a dying namespace are
@@ -37,7 +37,7 @@ pub enum WriteErrorKind {
 
 impl WriteErrorKind {
     /// A short, stable label for metrics and logs.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             WriteErrorKind::Conflict => "conflict",
             WriteErrorKind::NamespaceTerminating => "namespace_terminating",
@@ -51,7 +51,7 @@ impl WriteErrorKind {
 
 /// A failed write, naming the verb and the object.
 #[derive(Debug, thiserror::Error)]
-pub struct WriteError {
+pub(crate) struct WriteError {
     pub kind: WriteErrorKind,
     pub verb: &'static str,
     pub resource: &'static str,
@@ -77,7 +77,7 @@ impl fmt::Display for WriteError {
 }
 
 /// Classifies an API error.
-pub fn classify(error: &kube::Error, verb: &str) -> WriteErrorKind {
+pub(crate) fn classify(error: &kube::Error, verb: &str) -> WriteErrorKind {
     let kube::Error::Api(status) = error else {
         return WriteErrorKind::Transient;
     };
@@ -97,7 +97,7 @@ pub fn classify(error: &kube::Error, verb: &str) -> WriteErrorKind {
 
 /// Makes the controllers' writes and counts them.
 #[derive(Clone)]
-pub struct Writer {
+pub(crate) struct Writer {
     client: Client,
     metrics: Metrics,
 }
@@ -109,12 +109,8 @@ impl fmt::Debug for Writer {
 }
 
 impl Writer {
-    pub fn new(client: Client, metrics: Metrics) -> Self {
+    pub(crate) fn new(client: Client, metrics: Metrics) -> Self {
         Self { client, metrics }
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
     }
 
     fn api<K>(&self, namespace: &str) -> Api<K>
@@ -146,7 +142,7 @@ impl Writer {
     }
 
     /// POST `obj` (named, or with `generateName`); returns the stored object.
-    pub async fn create<K>(
+    pub(crate) async fn create<K>(
         &self,
         resource: &'static str,
         namespace: &str,
@@ -174,7 +170,7 @@ impl Writer {
     }
 
     /// PUT `obj` (its resourceVersion, if any, is the precondition).
-    pub async fn replace<K>(
+    pub(crate) async fn replace<K>(
         &self,
         resource: &'static str,
         namespace: &str,
@@ -197,7 +193,7 @@ impl Writer {
     }
 
     /// DELETE with an optional uid precondition; a 404 counts as success.
-    pub async fn delete<K>(
+    pub(crate) async fn delete<K>(
         &self,
         resource: &'static str,
         namespace: &str,

@@ -32,19 +32,19 @@ use super::metrics::Metrics;
 use crate::core::event::{EventType, PlannedEvent};
 
 /// Queued events before new ones are dropped.
-pub const QUEUE_CAPACITY: usize = 4096;
+pub(crate) const QUEUE_CAPACITY: usize = 4096;
 /// Identical events within this window count into one series.
-pub const SERIES_WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const SERIES_WINDOW: Duration = Duration::from_secs(600);
 /// The series count of a repeated event is written at most this often.
-pub const SERIES_PATCH_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const SERIES_PATCH_INTERVAL: Duration = Duration::from_secs(60);
 /// Distinct events remembered for series (oldest forgotten first).
-pub const SERIES_MEMORY: usize = 4096;
+pub(crate) const SERIES_MEMORY: usize = 4096;
 /// events.k8s.io/v1 limits `note` to 1 kB.
 const NOTE_LIMIT: usize = 1024;
 
 /// One event to record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EventRecord {
+pub(crate) struct EventRecord {
     /// The object the event is about.
     pub regarding: ObjectReference,
     /// `reportingController`, e.g. `endpoint-slice-controller`.
@@ -57,7 +57,7 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    pub fn from_planned(
+    pub(crate) fn from_planned(
         regarding: ObjectReference,
         controller: &'static str,
         action: &'static str,
@@ -106,7 +106,7 @@ impl SeriesKey {
 
 /// Hands events to the writer task.
 #[derive(Clone)]
-pub struct EventRecorder {
+pub(crate) struct EventRecorder {
     tx: mpsc::Sender<EventRecord>,
     metrics: Metrics,
 }
@@ -120,7 +120,7 @@ impl fmt::Debug for EventRecorder {
 impl EventRecorder {
     /// A recorder and its writer task, which stops when `cancel` fires (after
     /// writing what is already queued).
-    pub fn start(
+    pub(crate) fn start(
         client: Client,
         instance: String,
         metrics: Metrics,
@@ -137,7 +137,7 @@ impl EventRecorder {
         (Self { tx, metrics }, task)
     }
 
-    pub fn record(&self, event: EventRecord) {
+    pub(crate) fn record(&self, event: EventRecord) {
         if self.tx.try_send(event).is_err() {
             self.metrics.event_dropped();
         }
@@ -326,7 +326,7 @@ impl Writer {
 }
 
 /// A reference to a namespaced object for an event's `regarding`.
-pub fn object_reference(
+pub(crate) fn object_reference(
     api_version: &str,
     kind: &str,
     namespace: &str,

@@ -10,16 +10,16 @@
 //! - [`events`]: events.k8s.io/v1 recording off the sync path;
 //! - [`metrics`], [`admin`]: Prometheus metrics and the `/metrics`, `/livez`,
 //!   `/readyz` server;
-//! - [`ratelimit`]: the client-side QPS/burst limit;
+//! - [`registry`]: the table of controllers `svcplane run` can run;
 //! - [`runtime`]: starting and stopping the controllers as a unit.
 
-pub mod admin;
-pub mod apply;
+pub(crate) mod admin;
+pub(crate) mod apply;
 pub mod cache;
-pub mod controllers;
-pub mod events;
+pub(crate) mod controllers;
+pub(crate) mod events;
 pub mod metrics;
-pub mod queue;
-pub mod ratelimit;
+pub(crate) mod queue;
+pub(crate) mod registry;
 pub mod runtime;
-pub mod watch;
+pub(crate) mod watch;

@@ -28,9 +28,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::token_bucket::TokenBucket;
+
 /// How a queue delays failed keys.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     /// Delay after the first failure; doubled per further failure.
     pub base: Duration,
     /// Upper bound of the per-key delay.
@@ -43,21 +45,21 @@ pub struct RateLimit {
 
 impl RateLimit {
     /// The EndpointSlice controller's limiter: 1 s → 1000 s, 10 qps, burst 100.
-    pub const ENDPOINT_SLICE: RateLimit = RateLimit {
+    pub(crate) const ENDPOINT_SLICE: RateLimit = RateLimit {
         base: Duration::from_secs(1),
         max: Duration::from_secs(1000),
         qps: 10.0,
         burst: 100,
     };
     /// The mirroring controller's limiter: 1 s → 100 s, 10 qps, burst 100.
-    pub const MIRRORING: RateLimit = RateLimit {
+    pub(crate) const MIRRORING: RateLimit = RateLimit {
         base: Duration::from_secs(1),
         max: Duration::from_secs(100),
         qps: 10.0,
         burst: 100,
     };
     /// The Endpoints controller's limiter (client-go's default): 5 ms → 1000 s.
-    pub const ENDPOINTS: RateLimit = RateLimit {
+    pub(crate) const ENDPOINTS: RateLimit = RateLimit {
         base: Duration::from_millis(5),
         max: Duration::from_secs(1000),
         qps: 10.0,
@@ -65,54 +67,16 @@ impl RateLimit {
     };
 
     /// The per-key delay after `failures` earlier failures.
-    pub fn backoff(&self, failures: u32) -> Duration {
+    pub(crate) fn backoff(&self, failures: u32) -> Duration {
         // 2^31 × base overflows long before; the cap applies well before that.
         let factor = 2u32.saturating_pow(failures.min(31));
         self.base.saturating_mul(factor).min(self.max)
     }
 }
 
-/// A token bucket that lets callers reserve a token in advance (the reservation's
-/// delay is how long until the token exists), like golang.org/x/time/rate.
-#[derive(Debug, Clone)]
-struct TokenBucket {
-    tokens: f64,
-    last: Option<Instant>,
-    qps: f64,
-    burst: f64,
-}
-
-impl TokenBucket {
-    fn new(qps: f64, burst: u32) -> Self {
-        Self {
-            tokens: f64::from(burst),
-            last: None,
-            qps,
-            burst: f64::from(burst),
-        }
-    }
-
-    fn reserve(&mut self, now: Instant) -> Duration {
-        if self.qps <= 0.0 {
-            return Duration::ZERO;
-        }
-        if let Some(last) = self.last {
-            let elapsed = now.saturating_duration_since(last).as_secs_f64();
-            self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        }
-        self.last = Some(now);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.tokens / self.qps)
-        }
-    }
-}
-
 /// The queue's state and rules, driven by an explicit clock.
 #[derive(Debug)]
-pub struct QueueCore<K> {
+pub(crate) struct QueueCore<K> {
     queue: VecDeque<K>,
     /// Keys waiting to be processed: queued, or processing and to be re-queued.
     dirty: HashSet<K>,
@@ -131,7 +95,7 @@ pub struct QueueCore<K> {
 }
 
 impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
-    pub fn new(limit: RateLimit) -> Self {
+    pub(crate) fn new(limit: RateLimit) -> Self {
         Self {
             queue: VecDeque::new(),
             dirty: HashSet::new(),
@@ -148,7 +112,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
 
     /// Queues `key` now. Returns whether it was newly queued (false when it merged
     /// into a pending entry).
-    pub fn add(&mut self, key: K) -> bool {
+    pub(crate) fn add(&mut self, key: K) -> bool {
         if self.dirty.contains(&key) {
             return false;
         }
@@ -161,12 +125,12 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// Keys newly queued since the queue was made.
-    pub fn adds(&self) -> u64 {
+    pub(crate) fn adds(&self) -> u64 {
         self.adds
     }
 
     /// Queues `key` at `now + delay`; a zero delay is [`QueueCore::add`].
-    pub fn add_after(&mut self, key: K, delay: Duration, now: Instant) {
+    pub(crate) fn add_after(&mut self, key: K, delay: Duration, now: Instant) {
         if delay.is_zero() {
             self.add(key);
             return;
@@ -188,7 +152,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// Queues a failed key after its backoff; returns the delay used.
-    pub fn add_rate_limited(&mut self, key: K, now: Instant) -> Duration {
+    pub(crate) fn add_rate_limited(&mut self, key: K, now: Instant) -> Duration {
         let failures = self.failures.entry(key.clone()).or_insert(0);
         let per_key = self.limit.backoff(*failures);
         *failures = failures.saturating_add(1);
@@ -198,12 +162,12 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// How many times `key` failed since it last succeeded.
-    pub fn num_requeues(&self, key: &K) -> u32 {
+    pub(crate) fn num_requeues(&self, key: &K) -> u32 {
         self.failures.get(key).copied().unwrap_or(0)
     }
 
     /// Resets `key`'s backoff (after a successful sync, or when giving up on it).
-    pub fn forget(&mut self, key: &K) {
+    pub(crate) fn forget(&mut self, key: &K) {
         self.failures.remove(key);
     }
 
@@ -225,7 +189,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// Hands out the next key due at `now`, marking it as processing.
-    pub fn pop(&mut self, now: Instant) -> Option<K> {
+    pub(crate) fn pop(&mut self, now: Instant) -> Option<K> {
         self.promote(now);
         let key = self.queue.pop_front()?;
         self.dirty.remove(&key);
@@ -234,7 +198,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// Marks `key` finished; a key added meanwhile is queued again.
-    pub fn done(&mut self, key: &K) {
+    pub(crate) fn done(&mut self, key: &K) {
         self.processing.remove(key);
         if self.dirty.contains(key) {
             self.queue.push_back(key.clone());
@@ -243,7 +207,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
 
     /// When the earliest delayed key is due, if any (drops superseded heap entries
     /// on the way, so this stays O(log n)).
-    pub fn next_due(&mut self) -> Option<Instant> {
+    pub(crate) fn next_due(&mut self) -> Option<Instant> {
         while let Some(Reverse((at, seq, key))) = self.heap.peek() {
             if self.waiting.get(key) == Some(&(*at, *seq)) {
                 return Some(*at);
@@ -254,36 +218,26 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 
     /// Keys ready now.
-    pub fn ready_len(&self) -> usize {
+    pub(crate) fn ready_len(&self) -> usize {
         self.queue.len()
     }
 
-    /// Keys waiting for their delay.
-    pub fn waiting_len(&self) -> usize {
-        self.waiting.len()
-    }
-
-    /// Keys being processed.
-    pub fn processing_len(&self) -> usize {
-        self.processing.len()
-    }
-
     /// Nothing queued, waiting or being processed.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.waiting.is_empty() && self.processing.is_empty()
     }
 }
 
 /// Where a queue reports `workqueue_depth` and `workqueue_adds_total`.
 #[derive(Debug, Clone)]
-pub struct QueueGauges {
+pub(crate) struct QueueGauges {
     pub depth: prometheus_client::metrics::gauge::Gauge,
     pub adds: prometheus_client::metrics::counter::Counter,
 }
 
 /// A [`QueueCore`] shared by async producers and workers.
 #[derive(Debug)]
-pub struct WorkQueue<K> {
+pub(crate) struct WorkQueue<K> {
     core: Mutex<QueueCore<K>>,
     notify: Notify,
     shutdown: CancellationToken,
@@ -292,7 +246,7 @@ pub struct WorkQueue<K> {
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
-    pub fn new(limit: RateLimit, shutdown: CancellationToken) -> Self {
+    pub(crate) fn new(limit: RateLimit, shutdown: CancellationToken) -> Self {
         Self {
             core: Mutex::new(QueueCore::new(limit)),
             notify: Notify::new(),
@@ -304,7 +258,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Reports depth (keys ready) and adds, as client-go does.
     #[must_use]
-    pub fn with_gauges(mut self, gauges: QueueGauges) -> Self {
+    pub(crate) fn with_gauges(mut self, gauges: QueueGauges) -> Self {
         self.gauges = Some(gauges);
         self
     }
@@ -325,11 +279,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     /// The queue state. Never held across an await: every operation is a few map
     /// updates, so a std mutex; a poisoned one is still consistent (each operation
     /// completes its updates before anything can panic).
-    pub fn lock(&self) -> MutexGuard<'_, QueueCore<K>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, QueueCore<K>> {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn add(&self, key: K) {
+    pub(crate) fn add(&self, key: K) {
         let added = {
             let mut core = self.lock();
             let added = core.add(key);
@@ -341,27 +295,27 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
     }
 
-    pub fn add_after(&self, key: K, delay: Duration) {
+    pub(crate) fn add_after(&self, key: K, delay: Duration) {
         self.lock().add_after(key, delay, Instant::now());
         // A new earliest deadline must wake a sleeping worker to re-arm its timer.
         self.notify.notify_one();
     }
 
-    pub fn add_rate_limited(&self, key: K) -> Duration {
+    pub(crate) fn add_rate_limited(&self, key: K) -> Duration {
         let delay = self.lock().add_rate_limited(key, Instant::now());
         self.notify.notify_one();
         delay
     }
 
-    pub fn forget(&self, key: &K) {
+    pub(crate) fn forget(&self, key: &K) {
         self.lock().forget(key);
     }
 
-    pub fn num_requeues(&self, key: &K) -> u32 {
+    pub(crate) fn num_requeues(&self, key: &K) -> u32 {
         self.lock().num_requeues(key)
     }
 
-    pub fn done(&self, key: &K) {
+    pub(crate) fn done(&self, key: &K) {
         let requeued = {
             let mut core = self.lock();
             core.done(key);
@@ -373,18 +327,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
     }
 
-    /// (ready, waiting, processing) counts.
-    pub fn depth(&self) -> (usize, usize, usize) {
-        let core = self.lock();
-        (core.ready_len(), core.waiting_len(), core.processing_len())
-    }
-
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.lock().is_idle()
     }
 
     /// The next key to process; `None` once the queue is shut down.
-    pub async fn next(&self) -> Option<K> {
+    pub(crate) async fn next(&self) -> Option<K> {
         loop {
             if self.shutdown.is_cancelled() {
                 return None;

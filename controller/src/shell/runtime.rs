@@ -1,11 +1,14 @@
-//! The leader's half of `svcplane run`: caches, watches, queues, workers.
+//! The leader's half of `svcplane run`: controllers, watches, workers.
 //!
-//! [`Controllers::start`] watches what the enabled controllers read, and once every one
-//! of those caches has finished its first list (endpoints-spec §1.7: workers never act
-//! on a partial picture) queues the start-up keys and starts the workers.
+//! [`Controllers::start`] builds the controllers `--controllers` enables from the
+//! registry ([`super::registry`]), watches what they read (each resource once, in the
+//! process-wide [`Cache`]), hands the changes to them through one dispatcher, and once
+//! every one of those caches has finished its first list (endpoints-spec §1.7:
+//! workers never act on a partial picture) starts each controller.
 //! [`Controllers::shutdown`] stops taking work, lets the syncs in flight finish their
 //! writes, then flushes queued events.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,43 +16,32 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::watcher;
-
-use crate::kube_client::{Clients, users};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::apply::Writer;
 use super::cache::watched_pod::WatchedPod;
-use super::cache::{Cache, Store, strip};
+use super::cache::{Cache, Resource, strip};
 use super::controllers::dispatch::Dispatch;
-use super::controllers::endpoints::{self as ep, EndpointsController};
-use super::controllers::endpointslice::{self as es, EndpointSliceController};
-use super::controllers::mirroring::{self as mirror, MirroringController};
-use super::controllers::{Parts, Syncer, allocator_repair, queue_gauges, worker};
+use super::controllers::endpoints as ep;
+use super::controllers::endpointslice as es;
+use super::controllers::mirroring as mirror;
+use super::controllers::{Build, Controller, allocator_repair};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
-use super::queue::{RateLimit, WorkQueue};
+use super::queue::WorkQueue;
+use super::registry::{CONTROLLERS, Descriptor};
 use super::watch::reflect;
-
-/// Which controllers run (`--controllers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Enabled {
-    pub endpoint_slice: bool,
-    pub endpoints: bool,
-    pub mirroring: bool,
-    pub allocator_repair: bool,
-}
+use crate::kube_client::{Clients, users};
 
 /// Everything the controllers need to know.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {
-    pub enabled: Enabled,
+    /// Canonical names of the controllers that run (`--controllers`).
+    pub enabled: BTreeSet<&'static str>,
     pub endpoint_slice: es::Config,
     pub endpoints: ep::Config,
     pub mirroring: mirror::Config,
-    /// Workers per controller: EndpointSlice, Endpoints, mirroring.
-    pub workers: (usize, usize, usize),
     pub allocator_repair: allocator_repair::Config,
     /// `reportingInstance` of events.
     pub identity: String,
@@ -93,21 +85,20 @@ impl Drop for TaskSet {
 /// Running controllers.
 #[derive(Debug)]
 pub struct Controllers {
-    cache: Arc<Cache>,
     metrics: Metrics,
     queues: Vec<Arc<WorkQueue<String>>>,
     stop: CancellationToken,
     stop_events: CancellationToken,
-    /// Watches and the starter; then workers and loops (filled once synced); then the
-    /// event writer.
+    /// The watches this start began and the starter; then workers and loops (filled
+    /// once synced); then the event writer.
     tasks: TaskSet,
     workers: Arc<TaskSet>,
     events_task: TaskSet,
-    ready: Arc<tokio::sync::Notify>,
     started: Arc<std::sync::atomic::AtomicBool>,
 }
 
-fn watch_config(page_size: u32) -> watcher::Config {
+/// The watch options of every list and watch.
+pub(crate) fn watch_config(page_size: u32) -> watcher::Config {
     let c = watcher::Config::default();
     if page_size > 0 {
         c.page_size(page_size)
@@ -116,11 +107,100 @@ fn watch_config(page_size: u32) -> watcher::Config {
     }
 }
 
+/// Starts the watch of `resource` into `cache` unless one runs already (the Service
+/// watch, shared with the webhook, may); the task, when this call started it.
+pub(crate) fn watch(
+    cache: &Arc<Cache>,
+    resource: Resource,
+    client: &kube::Client,
+    page_size: u32,
+    stop: &CancellationToken,
+) -> Option<JoinHandle<()>> {
+    let config = watch_config(page_size);
+    let (cache, client, stop) = (cache.clone(), client.clone(), stop.clone());
+    let claimed = match resource {
+        Resource::Services => cache.services.claim_watch(),
+        Resource::Pods => cache.pods.claim_watch(),
+        Resource::Nodes => cache.nodes.claim_watch(),
+        Resource::EndpointSlices => cache.slices.claim_watch(),
+        Resource::Endpoints => cache.endpoints.claim_watch(),
+    };
+    if !claimed {
+        return None;
+    }
+    let name = resource.plural();
+    Some(match resource {
+        Resource::Services => tokio::spawn(reflect(
+            name,
+            Api::<Service>::all(client),
+            config,
+            cache,
+            |c| &c.services,
+            strip::service,
+            stop,
+        )),
+        // Decoded straight into the kept fields (see `watched_pod`).
+        Resource::Pods => tokio::spawn(reflect(
+            name,
+            Api::<WatchedPod>::all(client),
+            config,
+            cache,
+            |c| &c.pods,
+            strip::watched_pod,
+            stop,
+        )),
+        Resource::Nodes => tokio::spawn(reflect(
+            name,
+            Api::<Node>::all(client),
+            config,
+            cache,
+            |c| &c.nodes,
+            strip::node,
+            stop,
+        )),
+        Resource::EndpointSlices => tokio::spawn(reflect(
+            name,
+            Api::<EndpointSlice>::all(client),
+            config,
+            cache,
+            |c| &c.slices,
+            strip::endpoint_slice,
+            stop,
+        )),
+        Resource::Endpoints => tokio::spawn(reflect(
+            name,
+            Api::<Endpoints>::all(client),
+            config,
+            cache,
+            |c| &c.endpoints,
+            strip::endpoints,
+            stop,
+        )),
+    })
+}
+
+/// Hands `resource`'s changes to `dispatch` (from the objects already stored on).
+fn attach(cache: &Cache, resource: Resource, dispatch: &Arc<Dispatch>) {
+    match resource {
+        Resource::Services => cache.services.attach(dispatch.clone()),
+        Resource::Pods => cache.pods.attach(dispatch.clone()),
+        Resource::Nodes => cache.nodes.attach(dispatch.clone()),
+        Resource::EndpointSlices => cache.slices.attach(dispatch.clone()),
+        Resource::Endpoints => cache.endpoints.attach(dispatch.clone()),
+    }
+}
+
 impl Controllers {
-    /// Starts watches, and workers once the caches are synced. Returns at once.
-    pub fn start(clients: &Clients, options: ControllerOptions, metrics: Metrics) -> Self {
+    /// Builds the enabled controllers from the registry, watches what they read
+    /// (in `cache`, which the process may share with the webhook), and starts their
+    /// workers once every one of those caches has listed. Returns at once.
+    pub fn start(
+        clients: &Clients,
+        cache: Arc<Cache>,
+        options: ControllerOptions,
+        metrics: Metrics,
+    ) -> Self {
         let client = clients.get(users::INFORMERS);
-        let cache = Arc::new(Cache::default());
         let stop = CancellationToken::new();
         let stop_events = CancellationToken::new();
         let (events, events_task) = EventRecorder::start(
@@ -129,215 +209,82 @@ impl Controllers {
             metrics.clone(),
             stop_events.clone(),
         );
-        let on = options.enabled;
-        // Every controller writes through its own client (its own QPS budget), as in
-        // kube-controller-manager.
-        let parts = |limit, name, user| Parts {
-            cache: cache.clone(),
-            queue: Arc::new(
-                WorkQueue::new(limit, stop.clone()).with_gauges(queue_gauges(&metrics, name)),
-            ),
-            writer: Writer::new(clients.get(user), metrics.clone()),
-            events: events.clone(),
-            metrics: metrics.clone(),
-        };
-
-        let endpoint_slice = on.endpoint_slice.then(|| {
-            Arc::new(EndpointSliceController::new(
-                parts(
-                    RateLimit::ENDPOINT_SLICE,
-                    EndpointSliceController::QUEUE,
-                    users::ENDPOINTSLICE,
-                ),
-                options.endpoint_slice,
-            ))
-        });
-        let endpoints = on.endpoints.then(|| {
-            Arc::new(EndpointsController::new(
-                parts(
-                    RateLimit::ENDPOINTS,
-                    EndpointsController::QUEUE,
-                    users::ENDPOINTS,
-                ),
-                options.endpoints,
-            ))
-        });
-        let mirroring = on.mirroring.then(|| {
-            Arc::new(MirroringController::new(
-                parts(
-                    RateLimit::MIRRORING,
-                    MirroringController::QUEUE,
-                    users::MIRRORING,
-                ),
-                options.mirroring,
-            ))
-        });
-        let dispatch = Dispatch {
-            cache: cache.clone(),
-            endpoint_slice: endpoint_slice.clone(),
-            endpoints: endpoints.clone(),
-            mirroring: mirroring.clone(),
-            events: events.clone(),
-        };
-
-        let needs_pods = on.endpoint_slice || on.endpoints;
-        let needs_slices = on.endpoint_slice || on.mirroring;
-        let needs_endpoints = on.endpoints || on.mirroring;
-        let needs_services = needs_pods || needs_slices || needs_endpoints || on.allocator_repair;
+        let enabled: Vec<&Descriptor> = CONTROLLERS
+            .iter()
+            .filter(|d| options.enabled.contains(d.name))
+            .collect();
+        let built: Vec<(&Descriptor, Arc<dyn Controller>)> = enabled
+            .iter()
+            .map(|d| {
+                let build = Build {
+                    cache: &cache,
+                    client: clients.get(d.client_user),
+                    events: &events,
+                    metrics: &metrics,
+                    options: &options,
+                    stop: &stop,
+                };
+                (*d, (d.build)(&build))
+            })
+            .collect();
+        let reads: BTreeSet<Resource> = enabled
+            .iter()
+            .flat_map(|d| d.reads.iter().copied())
+            .collect();
+        let dispatch = Arc::new(Dispatch::new(
+            cache.clone(),
+            built.iter().map(|(_, c)| c.clone()).collect(),
+            built
+                .iter()
+                .filter(|(d, _)| d.reads.contains(&Resource::Pods))
+                .map(|(_, c)| c.clone())
+                .collect(),
+            events.clone(),
+        ));
         let tasks = TaskSet::default();
-        let cfg = || watch_config(options.list_page_size);
-        macro_rules! watch {
-            ($name:literal, $api:expr, $field:ident, $strip:path, $handler:ident) => {{
-                let d = dispatch.clone();
-                tasks.push(tokio::spawn(reflect(
-                    $name,
-                    $api,
-                    cfg(),
-                    cache.clone(),
-                    |c: &Cache| &c.$field,
-                    $strip,
-                    move |change| d.$handler(&change),
-                    stop.clone(),
-                )));
-            }};
-        }
-        if needs_services {
-            watch!(
-                "services",
-                Api::<Service>::all(client.clone()),
-                services,
-                strip::service,
-                service
-            );
-        }
-        if needs_pods {
-            // Decoded straight into the kept fields (see `watched_pod`).
-            watch!(
-                "pods",
-                Api::<WatchedPod>::all(client.clone()),
-                pods,
-                strip::watched_pod,
-                pod
-            );
-        }
-        if on.endpoint_slice {
-            watch!(
-                "nodes",
-                Api::<Node>::all(client.clone()),
-                nodes,
-                strip::node,
-                node
-            );
-        }
-        if needs_slices {
-            watch!(
-                "endpointslices",
-                Api::<EndpointSlice>::all(client.clone()),
-                slices,
-                strip::endpoint_slice,
-                slice
-            );
-        }
-        if needs_endpoints {
-            watch!(
-                "endpoints",
-                Api::<Endpoints>::all(client.clone()),
-                endpoints,
-                strip::endpoints,
-                endpoints
-            );
-        }
-
-        let synced = {
-            let cache = cache.clone();
-            move || {
-                (!needs_services || cache.services.is_synced())
-                    && (!needs_pods || cache.pods.is_synced())
-                    && (!on.endpoint_slice || cache.nodes.is_synced())
-                    && (!needs_slices || cache.slices.is_synced())
-                    && (!needs_endpoints || cache.endpoints.is_synced())
+        for &r in &reads {
+            attach(&cache, r, &dispatch);
+            if let Some(t) = watch(&cache, r, &client, options.list_page_size, &stop) {
+                tasks.push(t);
             }
-        };
-        let mut queues = Vec::new();
-        queues.extend(endpoint_slice.as_ref().map(|c| c.queue().clone()));
-        queues.extend(endpoints.as_ref().map(|c| c.queue().clone()));
-        queues.extend(mirroring.as_ref().map(|c| c.queue().clone()));
+        }
+        let queues: Vec<Arc<WorkQueue<String>>> = built
+            .iter()
+            .filter_map(|(_, c)| c.queue().cloned())
+            .collect();
 
         let workers: Arc<TaskSet> = Arc::default();
-        let ready = Arc::new(tokio::sync::Notify::new());
         let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
-            let (workers, ready, started, stop) = (
-                workers.clone(),
-                ready.clone(),
-                started.clone(),
-                stop.clone(),
-            );
-            let (metrics, cache, events) = (metrics.clone(), cache.clone(), events.clone());
-            let repair = options.allocator_repair.clone();
-            let counts = options.workers;
+            let (workers, started, stop) = (workers.clone(), started.clone(), stop.clone());
+            let (metrics, cache) = (metrics.clone(), cache.clone());
+            let controllers: Vec<Arc<dyn Controller>> = built.into_iter().map(|(_, c)| c).collect();
             tasks.push(tokio::spawn(async move {
-                while !synced() {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    }
+                // Workers never act on a partial picture (§1.7): every cache the
+                // enabled controllers read has listed first. The caches raise the
+                // signal themselves.
+                let listed = futures::future::join_all(reads.iter().map(|r| cache.wait_synced(*r)));
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = listed => {}
                 }
                 info!("caches synced; starting workers");
-                let w = &workers;
-                if let Some(c) = &endpoint_slice {
-                    // The zone ratios before the first sync, so no Service is first
-                    // synced without them (and rewritten once they arrive).
-                    c.refresh_topology();
-                    w.push(tokio::spawn(c.clone().topology_loop(stop.clone())));
-                    for _ in 0..counts.0.max(1) {
-                        w.push(tokio::spawn(worker(
-                            c.clone(),
-                            c.queue().clone(),
-                            metrics.clone(),
-                        )));
+                for c in controllers {
+                    for t in c.start(&stop) {
+                        workers.push(t);
                     }
                 }
-                if let Some(c) = &endpoints {
-                    c.queue_startup_keys();
-                    for _ in 0..counts.1.max(1) {
-                        w.push(tokio::spawn(worker(
-                            c.clone(),
-                            c.queue().clone(),
-                            metrics.clone(),
-                        )));
-                    }
-                }
-                if let Some(c) = &mirroring {
-                    for _ in 0..counts.2.max(1) {
-                        w.push(tokio::spawn(worker(
-                            c.clone(),
-                            c.queue().clone(),
-                            metrics.clone(),
-                        )));
-                    }
-                }
-                if on.allocator_repair {
-                    w.push(tokio::spawn(allocator_repair::run(
-                        cache.clone(),
-                        events.clone(),
-                        repair,
-                        stop.clone(),
-                    )));
-                }
-                w.push(tokio::spawn(cache_size_metrics(
+                workers.push(tokio::spawn(cache_size_metrics(
                     cache,
                     metrics,
                     stop.clone(),
                 )));
                 started.store(true, std::sync::atomic::Ordering::Release);
-                ready.notify_waiters();
             }));
         }
         let events_tasks = TaskSet::default();
         events_tasks.push(events_task);
         Self {
-            cache,
             metrics,
             queues,
             stop,
@@ -345,13 +292,8 @@ impl Controllers {
             tasks,
             workers,
             events_task: events_tasks,
-            ready,
             started,
         }
-    }
-
-    pub fn cache(&self) -> &Arc<Cache> {
-        &self.cache
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -361,17 +303,6 @@ impl Controllers {
     /// Whether the workers have started (every needed cache listed).
     pub fn is_started(&self) -> bool {
         self.started.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Waits until the workers have started.
-    pub async fn wait_started(&self) {
-        loop {
-            let notified = self.ready.notified();
-            if self.is_started() {
-                return;
-            }
-            notified.await;
-        }
     }
 
     /// Started, and no key queued, waiting or being processed.
@@ -433,10 +364,8 @@ async fn cache_size_metrics(cache: Arc<Cache>, metrics: Metrics, stop: Cancellat
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        metrics.set_cache_objects("services", cache.services.read().len());
-        metrics.set_cache_objects("pods", cache.pods.read().len());
-        metrics.set_cache_objects("nodes", cache.nodes.read().len());
-        metrics.set_cache_objects("endpointslices", cache.slices.read().len());
-        metrics.set_cache_objects("endpoints", cache.endpoints.read().len());
+        for (resource, n) in cache.sizes() {
+            metrics.set_cache_objects(resource.plural(), n);
+        }
     }
 }

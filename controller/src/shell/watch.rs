@@ -1,7 +1,8 @@
-//! Watches that keep the [`Cache`] current and tell the controllers what changed.
+//! Watches that keep the [`Cache`] current and tell its consumers what changed.
 //!
 //! Each watched resource runs kube-runtime's `watcher` (list, then watch from the
-//! list's resourceVersion, re-list on 410 Gone, backoff on errors). kube-runtime's
+//! list's resourceVersion), once per process however many consumers read it, and
+//! lists again after any failure. kube-runtime's
 //! reflector store is not used: the controllers need the *previous* version of an
 //! updated object (endpoints-spec §2.1 decides on old versus new), label indexes the
 //! reflector store cannot keep, and objects stripped before they are stored. So every
@@ -13,9 +14,9 @@
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -24,22 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::cache::{Cache, Keyed, Shared, Store};
 
-/// What happened to one cached object.
-#[derive(Debug)]
-pub enum Change<T> {
-    Added(Arc<T>),
-    Updated { old: Arc<T>, new: Arc<T> },
-    Deleted(Arc<T>),
-}
-
-impl<T> Change<T> {
-    /// The object as it is now (or was, for a delete).
-    pub fn latest(&self) -> &Arc<T> {
-        match self {
-            Change::Added(n) | Change::Updated { new: n, .. } | Change::Deleted(n) => n,
-        }
-    }
-}
+pub(crate) use crate::core::change::Change;
 
 /// Turns an event stream into store writes and [`Change`]s.
 struct Reflector<'a, S: Store> {
@@ -89,69 +75,139 @@ impl<S: Store> Reflector<'_, S> {
     }
 }
 
-/// Watches `api` into `select(cache)` until `cancel`, calling `on_change` for every
-/// change after the store holds it.
-#[allow(clippy::too_many_arguments)]
-pub async fn reflect<K, S>(
+/// Delay before a failed watch lists again: doubles from 500 ms to 30 s, and starts
+/// over once a list completes.
+#[derive(Debug, Clone, Copy)]
+struct RelistBackoff {
+    next: Duration,
+}
+
+impl RelistBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    fn take(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        d
+    }
+}
+
+/// Watches `api` into `select(cache)` until `cancel`, handing every change to the
+/// store's consumers after the store holds it.
+///
+/// Any failure drops the stream and lists again after a backoff (as client-go's
+/// reflector does): kube's watcher would resume some failures silently from its last
+/// resourceVersion, and a resumed watch never says when it is healthy again, so the
+/// store's "in sync" signal could not be raised again without a list. The list is
+/// diffed against the store, so nothing is lost and unchanged objects cost nothing.
+pub(crate) async fn reflect<K, S>(
     resource: &'static str,
     api: Api<K>,
     config: watcher::Config,
     cache: Arc<Cache>,
     select: fn(&Cache) -> &Shared<S>,
     strip: fn(K) -> S::Item,
-    on_change: impl Fn(Change<S::Item>) + Send,
     cancel: CancellationToken,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
     S: Store,
 {
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    let mut reflector = Reflector {
-        shared: select(&cache),
-        relist: None,
-    };
+    let shared = select(&cache);
+    let mut backoff = RelistBackoff::new();
     let mut changes = Vec::new();
     loop {
-        let next = tokio::select! {
+        let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
+        let mut reflector = Reflector {
+            shared,
+            relist: None,
+        };
+        loop {
+            let next = tokio::select! {
+                () = cancel.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(Event::Apply(obj))) => reflector.apply(Arc::new(strip(obj)), &mut changes),
+                Some(Ok(Event::Delete(obj))) => {
+                    reflector.delete(Arc::new(strip(obj)), &mut changes)
+                }
+                Some(Ok(Event::Init)) => {
+                    shared.mark_out_of_sync();
+                    reflector.relist = Some(Vec::new());
+                }
+                Some(Ok(Event::InitApply(obj))) => {
+                    if let Some(buf) = reflector.relist.as_mut() {
+                        buf.push(Arc::new(strip(obj)));
+                    }
+                }
+                Some(Ok(Event::InitDone)) => {
+                    reflector.finish_relist(&mut changes);
+                    let first = !shared.is_synced();
+                    if first {
+                        info!(resource, objects = shared.read().len(), "cache synced");
+                    } else {
+                        debug!(resource, changes = changes.len(), "re-listed");
+                    }
+                    for change in changes.drain(..) {
+                        shared.dispatch(&change);
+                    }
+                    shared.mark_listed();
+                    backoff = RelistBackoff::new();
+                    continue;
+                }
+                Some(Err(e)) => {
+                    shared.mark_out_of_sync();
+                    warn!(resource, error = %e, "watch failed; listing again after a backoff");
+                    break;
+                }
+                None => {
+                    shared.mark_out_of_sync();
+                    warn!(resource, "watch stream ended; listing again");
+                    break;
+                }
+            }
+            for change in changes.drain(..) {
+                shared.dispatch(&change);
+            }
+        }
+        tokio::select! {
             () = cancel.cancelled() => return,
-            next = stream.next() => next,
-        };
-        let Some(event) = next else {
-            warn!(resource, "watch stream ended");
-            return;
-        };
-        match event {
-            Ok(Event::Apply(obj)) => reflector.apply(Arc::new(strip(obj)), &mut changes),
-            Ok(Event::Delete(obj)) => reflector.delete(Arc::new(strip(obj)), &mut changes),
-            Ok(Event::Init) => {
-                reflector.relist = Some(Vec::new());
-            }
-            Ok(Event::InitApply(obj)) => {
-                if let Some(buf) = reflector.relist.as_mut() {
-                    buf.push(Arc::new(strip(obj)));
-                }
-            }
-            Ok(Event::InitDone) => {
-                reflector.finish_relist(&mut changes);
-                let first = !reflector.shared.is_synced();
-                reflector.shared.set_synced();
-                if first {
-                    info!(
-                        resource,
-                        objects = reflector.shared.read().len(),
-                        "cache synced"
-                    );
-                } else {
-                    debug!(resource, changes = changes.len(), "re-listed");
-                }
-            }
-            Err(e) => {
-                warn!(resource, error = %e, "watch failed; retrying with backoff");
-            }
+            () = tokio::time::sleep(backoff.take()) => {}
         }
-        for change in changes.drain(..) {
-            on_change(change);
+    }
+}
+
+/// The webhook's allocation state is one more consumer of the Service watch (`svcplane
+/// run` watches Services once for the controllers and the webhook).
+impl super::cache::Consumer<k8s_openapi::api::core::v1::Service>
+    for svcplane_webhook::shell::ServiceSink
+{
+    fn changed(&self, change: &Change<k8s_openapi::api::core::v1::Service>) {
+        match change {
+            Change::Added(s) | Change::Updated { new: s, .. } => self.apply(s),
+            Change::Deleted(s) => self.delete(s),
         }
+    }
+
+    fn sync_changed(&self, in_sync: bool) {
+        svcplane_webhook::shell::ServiceSink::sync_changed(self, in_sync);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relist_backoff_doubles_to_a_cap() {
+        let mut b = RelistBackoff::new();
+        let seq: Vec<u128> = (0..8).map(|_| b.take().as_millis()).collect();
+        assert_eq!(seq, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
     }
 }

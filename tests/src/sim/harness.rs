@@ -17,8 +17,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::Value;
 use svcplane_controller::kube_client::Clients;
+use svcplane_controller::kube_client::ratelimit::RateLimitLayer;
 use svcplane_controller::run_cmd::RunOptions;
-use svcplane_controller::shell::ratelimit::RateLimitLayer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

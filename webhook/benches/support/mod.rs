@@ -13,14 +13,14 @@ use svcplane_webhook::shell::{ClaimError, ClaimStore, Claimed, Webhook};
 use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
 
 /// Services the state holds before a bench starts.
-pub const SERVICES: u32 = 10_000;
+pub(crate) const SERVICES: u32 = 10_000;
 
 /// Claims made through [`CountingClaims`] (the validating path must make none).
-pub static CLAIMS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 
 /// Claims that always win, counted (the API round trip is not what the benches
 /// measure).
-pub struct CountingClaims;
+pub(crate) struct CountingClaims;
 
 impl ClaimStore for CountingClaims {
     async fn claim(&self, claim: AllocationClaim) -> Result<Claimed, ClaimError> {
@@ -33,7 +33,7 @@ impl ClaimStore for CountingClaims {
 
 /// The allocation state: 10.96.0.0/12 and 30000-32767, with [`SERVICES`] Services in
 /// namespace `bench` holding one ClusterIP each.
-pub fn held_state() -> Arc<Mutex<AllocationState>> {
+pub(crate) fn held_state() -> Arc<Mutex<AllocationState>> {
     let allocators = AllocatorConfig::from_flags("10.96.0.0/12", "30000-32767")
         .expect("ranges")
         .allocators(1)
@@ -55,7 +55,7 @@ pub fn held_state() -> Arc<Mutex<AllocationState>> {
 }
 
 /// The real webhook over `state`, with every watched source marked loaded.
-pub fn webhook(state: Arc<Mutex<AllocationState>>) -> Webhook<CountingClaims> {
+pub(crate) fn webhook(state: Arc<Mutex<AllocationState>>) -> Webhook<CountingClaims> {
     let readiness = Arc::new(Readiness::default());
     for kind in [
         SourceKind::Services,

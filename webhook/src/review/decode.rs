@@ -18,7 +18,7 @@ use crate::handler::MAX_BODY_BYTES;
 use crate::state::ServiceRef;
 
 /// The only AdmissionReview version served (`admissionReviewVersions: ["v1"]`).
-pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+pub(super) const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 
 /// A review that cannot be answered: HTTP `status` (400, or 413 for an oversized body)
 /// and a message naming the problem.

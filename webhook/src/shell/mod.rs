@@ -17,4 +17,5 @@ pub mod watch;
 
 pub use admission::Webhook;
 pub use claimer::{ClaimError, ClaimStore, Claimed, KubeClaims};
-pub use start::{Started, WebhookOptions, start, start_watches};
+pub use start::{ServiceSource, Started, WebhookOptions, start, start_watches};
+pub use watch::ServiceSink;

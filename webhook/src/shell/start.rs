@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::Webhook;
 use super::claimer::KubeClaims;
 use super::repair::{self, RepairConfig};
-use super::watch::{self, Readiness, SharedState};
+use super::watch::{self, Readiness, ServiceSink, SharedState};
 use crate::metrics::WebhookMetrics;
 use crate::state::AllocationState;
 
@@ -29,6 +29,19 @@ pub struct WebhookOptions {
     pub repair: RepairConfig,
     /// Where the webhook counts what it does (registered by the caller's `/metrics`).
     pub metrics: WebhookMetrics,
+    /// Who watches Services.
+    pub services: ServiceSource,
+}
+
+/// Who watches Services for the webhook.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServiceSource {
+    /// The webhook's own watch (`svcplane webhook`).
+    #[default]
+    OwnWatch,
+    /// The embedding process watches Services once for everyone and feeds them in
+    /// through [`Started::service_sink`] (`svcplane run`).
+    External,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.
@@ -59,6 +72,12 @@ impl Started {
     /// (the server adds that).
     pub fn readiness(&self) -> &Arc<Readiness> {
         &self.readiness
+    }
+
+    /// Where an embedding process that watches Services itself
+    /// ([`ServiceSource::External`]) hands them to the webhook.
+    pub fn service_sink(&self) -> ServiceSink {
+        ServiceSink::new(self.state.clone(), self.readiness.clone())
     }
 
     /// The claim repair loop, for the caller to spawn where it should run (`svcplane
@@ -103,6 +122,7 @@ pub async fn start_watches(
         client.clone(),
         state.clone(),
         readiness.clone(),
+        options.services,
         cancel.clone(),
     )
     .await;

@@ -232,6 +232,46 @@ pub async fn feed<K>(
     }
 }
 
+/// Services fed in by an embedding process that watches them itself (`svcplane run`
+/// watches Services once for its controllers and the webhook). It applies the same
+/// state updates as the webhook's own watch, and its sync signal drives readiness and
+/// the repair loop's gate the same way.
+#[derive(Debug, Clone)]
+pub struct ServiceSink {
+    state: SharedState,
+    readiness: Arc<Readiness>,
+}
+
+impl ServiceSink {
+    pub(crate) fn new(state: SharedState, readiness: Arc<Readiness>) -> Self {
+        Self { state, readiness }
+    }
+
+    /// A Service was added or updated.
+    pub fn apply(&self, svc: &Service) {
+        svc.record(&mut lock(&self.state));
+    }
+
+    /// A Service was deleted.
+    pub fn delete(&self, svc: &Service) {
+        if let Some(key) = svc.key() {
+            <Service as HolderSource>::forget(&mut lock(&self.state), &key);
+        }
+    }
+
+    /// The feeding watch listed (`true`), or failed or started listing again.
+    pub fn sync_changed(&self, in_sync: bool) {
+        if in_sync {
+            if !self.readiness.is_synced(SourceKind::Services) {
+                info!(source = "services", "initial list loaded");
+            }
+            self.readiness.listed(SourceKind::Services);
+        } else {
+            self.readiness.out_of_sync(SourceKind::Services);
+        }
+    }
+}
+
 /// Does the API server serve networking.k8s.io/v1 IPAddress objects? `Ok(false)` on
 /// 404 (older servers, or the MultiCIDRServiceAllocator gate off).
 pub async fn has_ip_addresses(client: &Client) -> Result<bool, kube::Error> {
@@ -249,22 +289,23 @@ pub async fn spawn_all(
     client: Client,
     state: SharedState,
     readiness: Arc<Readiness>,
+    services: super::start::ServiceSource,
     cancel: CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![
-        tokio::spawn(feed(
+    let mut tasks = vec![tokio::spawn(feed(
+        Api::<AllocationClaim>::all(client.clone()),
+        state.clone(),
+        readiness.clone(),
+        cancel.clone(),
+    ))];
+    if services == super::start::ServiceSource::OwnWatch {
+        tasks.push(tokio::spawn(feed(
             Api::<Service>::all(client.clone()),
             state.clone(),
             readiness.clone(),
             cancel.clone(),
-        )),
-        tokio::spawn(feed(
-            Api::<AllocationClaim>::all(client.clone()),
-            state.clone(),
-            readiness.clone(),
-            cancel.clone(),
-        )),
-    ];
+        )));
+    }
     let mut delay = std::time::Duration::from_millis(500);
     loop {
         match has_ip_addresses(&client).await {

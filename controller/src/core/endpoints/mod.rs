@@ -36,6 +36,9 @@ pub enum SkipReason {
     ExternalName,
     /// No `spec.selector`: the Endpoints object is managed by hand.
     NoSelector,
+    /// `spec.selector` can match no Pod (reported by the EndpointSlice controller's
+    /// `InvalidSelector` event); the object is left as it is.
+    InvalidSelector,
 }
 
 /// A reference to an Endpoints object that will be deleted.

@@ -119,8 +119,11 @@ pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
     if spec.and_then(|s| s.type_.as_deref()) == Some(SERVICE_TYPE_EXTERNAL_NAME) {
         return Outcome::Skipped(SkipReason::ExternalName);
     }
-    if spec.and_then(|s| s.selector.as_ref()).is_none() {
+    let Some(selector) = spec.and_then(|s| s.selector.as_ref()) else {
         return Outcome::Skipped(SkipReason::NoSelector);
+    };
+    if !crate::core::label_syntax::selector_errors(selector).is_empty() {
+        return Outcome::Skipped(SkipReason::InvalidSelector);
     }
     let pods = selected_pods(service, inputs.pods);
     // The subsets cut to the cap in one pass: an over-capacity Service's

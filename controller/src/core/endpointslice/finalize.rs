@@ -13,7 +13,7 @@ use crate::core::trigger_time::format_rfc3339_nano;
 
 /// What placement and hints decided for one address type.
 #[derive(Debug)]
-pub struct PassDecision<'e> {
+pub(super) struct PassDecision<'e> {
     pub address_type: String,
     pub creates: Vec<EndpointSlice>,
     pub updates: Vec<EndpointSlice>,
@@ -22,7 +22,7 @@ pub struct PassDecision<'e> {
 }
 
 /// Reference to an existing slice for a delete.
-pub fn slice_ref(slice: &EndpointSlice) -> SliceRef {
+pub(super) fn slice_ref(slice: &EndpointSlice) -> SliceRef {
     SliceRef {
         namespace: slice.metadata.namespace.clone().unwrap_or_default(),
         name: slice.metadata.name.clone().unwrap_or_default(),
@@ -50,7 +50,7 @@ fn stamp_trigger_time(slice: &mut EndpointSlice, trigger_time: Option<Timestamp>
 }
 
 /// Turns a pass decision into the writes to issue.
-pub fn finalize(
+pub(super) fn finalize(
     service: &Service,
     decision: PassDecision<'_>,
     trigger_time: Option<Timestamp>,

@@ -22,7 +22,8 @@ pub mod triggers;
 mod tests;
 
 pub use reconcile::{
-    Inputs, REASON_FAILED_TO_UPDATE, is_managed_slice_of, reconcile, reconcile_with_hints,
+    Inputs, REASON_FAILED_TO_UPDATE, REASON_INVALID_SELECTOR, invalid_selector_event,
+    is_managed_slice_of, reconcile, reconcile_with_hints,
 };
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -52,7 +52,7 @@ impl Working<'_> {
 
 /// The outcome of placing one port group.
 #[derive(Debug, Default)]
-pub struct GroupPlacement<'e> {
+pub(super) struct GroupPlacement<'e> {
     pub creates: Vec<EndpointSlice>,
     pub updates: Vec<EndpointSlice>,
     pub deletes: Vec<&'e EndpointSlice>,
@@ -63,7 +63,7 @@ pub struct GroupPlacement<'e> {
 
 /// Everything placement needs that is fixed for a pass.
 #[derive(Debug)]
-pub struct GroupContext<'c, 'd> {
+pub(super) struct GroupContext<'c, 'd> {
     pub service: &'c Service,
     pub labels: &'c BTreeMap<String, String>,
     pub address_type: &'c str,
@@ -76,7 +76,10 @@ pub struct GroupContext<'c, 'd> {
 
 /// Places a group's desired endpoints into its existing slices (given in a
 /// stable order) and new ones.
-pub fn place<'e>(ctx: &GroupContext<'_, '_>, existing: &[&'e EndpointSlice]) -> GroupPlacement<'e> {
+pub(super) fn place<'e>(
+    ctx: &GroupContext<'_, '_>,
+    existing: &[&'e EndpointSlice],
+) -> GroupPlacement<'e> {
     let max = ctx.max_per_slice.max(1);
     let mut index: FastMap<EndpointKey<'_>, usize> =
         FastMap::with_capacity_and_hasher(ctx.members.len(), Default::default());

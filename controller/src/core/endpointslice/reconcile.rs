@@ -23,10 +23,12 @@ use crate::core::pod::PodView;
 
 /// Event reason when a sync fails.
 pub const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpointSlices";
+/// Event reason for a Service whose selector cannot be valid (svcplane's own).
+pub const REASON_INVALID_SELECTOR: &str = "InvalidSelector";
 
 /// A snapshot of everything one sync of one Service reads. `P` is the Pod
 /// representation: the API object, or the runtime's
-/// [`CachedPod`](crate::core::cached_pod::CachedPod).
+/// [`CachedPod`](crate::shell::cache::CachedPod).
 pub struct Inputs<'a, P = Pod> {
     pub service: &'a Service,
     /// Candidate Pods. The reconciler keeps only those in the Service's
@@ -61,7 +63,7 @@ pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
 }
 
 /// Whether the controller handles this Service at all (§2.2 steps 2–3).
-pub fn skip_reason(service: &Service) -> Option<SkipReason> {
+pub(super) fn skip_reason(service: &Service) -> Option<SkipReason> {
     let spec = service.spec.as_ref();
     if spec.and_then(|s| s.type_.as_deref()) == Some(SERVICE_TYPE_EXTERNAL_NAME) {
         return Some(SkipReason::ExternalName);
@@ -70,6 +72,19 @@ pub fn skip_reason(service: &Service) -> Option<SkipReason> {
         return Some(SkipReason::NoSelector);
     }
     None
+}
+
+/// The Warning for a Service whose selector no label can satisfy, if it has one
+/// (svcplane addition: an API server with full validation never stores one).
+pub fn invalid_selector_event(service: &Service) -> Option<PlannedEvent> {
+    let selector = service.spec.as_ref()?.selector.as_ref()?;
+    let errors = crate::core::label_syntax::selector_errors(selector);
+    (!errors.is_empty()).then(|| {
+        PlannedEvent::warning(
+            REASON_INVALID_SELECTOR,
+            format!("spec.selector is invalid: {}", errors.join("; ")),
+        )
+    })
 }
 
 /// Whether a slice is one of this Service's controller-managed slices (the
@@ -94,6 +109,16 @@ pub fn reconcile_with_hints<P: PodView>(
     let service = inputs.service;
     if let Some(reason) = skip_reason(service) {
         return Outcome::Skipped(reason);
+    }
+    if let Some(event) = invalid_selector_event(service) {
+        // No Pod can carry an invalid label, so nothing can be selected; say so on
+        // the Service instead of writing an empty placeholder.
+        return Outcome::Planned(SlicePlan {
+            passes: Vec::new(),
+            unsupported_deletes: Vec::new(),
+            events: vec![event],
+            error: None,
+        });
     }
     // Only the desired state reads Pods, so only it is generic. The rest is
     // one non-generic function, compiled once in this crate: a generic body

@@ -8,18 +8,10 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::tracker::SliceTracker;
+use crate::core::keys::object_key;
 use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_ZONE};
 use crate::core::pod::{self, PodView};
 use crate::core::selector::selector_matches_pod;
-
-/// `namespace/name` of a Service.
-pub fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or_default(),
-        service.metadata.name.as_deref().unwrap_or_default()
-    )
-}
 
 /// The Services in the Pod's namespace (unset reads as `""`) whose
 /// selector is set and matches the Pod's labels.
@@ -39,7 +31,7 @@ fn matching<'s, P: PodView>(pod: &P, services: &'s [&'s Service]) -> Vec<&'s Ser
 pub fn services_for_pod<P: PodView>(pod: &P, services: &[&Service]) -> Vec<String> {
     matching(pod, services)
         .into_iter()
-        .map(service_key)
+        .map(|s| object_key(&s.metadata))
         .collect()
 }
 
@@ -69,14 +61,14 @@ pub fn services_for_pod_update<A: PodView, B: PodView>(
     }
     let new_set: Vec<String> = matching(new, services)
         .into_iter()
-        .map(service_key)
+        .map(|s| object_key(&s.metadata))
         .collect();
     if !labels_changed {
         return new_set;
     }
     let old_set: Vec<String> = matching(old, services)
         .into_iter()
-        .map(service_key)
+        .map(|s| object_key(&s.metadata))
         .collect();
     let mut out: Vec<String> = if pod_changed {
         old_set.iter().chain(&new_set).cloned().collect()

@@ -11,9 +11,9 @@ use crate::core::endpoints::repack::{entries_of, repack};
 use crate::core::ip::{self, Family};
 
 /// Port-map identity of a slice: its ports as a sorted multiset.
-pub type PortsKey = Vec<(Option<String>, Option<i32>, Option<String>, Option<String>)>;
+pub(super) type PortsKey = Vec<(Option<String>, Option<i32>, Option<String>, Option<String>)>;
 
-pub fn ports_key(ports: &[EndpointPort]) -> PortsKey {
+pub(super) fn ports_key(ports: &[EndpointPort]) -> PortsKey {
     let mut key: PortsKey = ports
         .iter()
         .map(|p| {
@@ -32,7 +32,7 @@ pub fn ports_key(ports: &[EndpointPort]) -> PortsKey {
 /// Endpoint identity (§2.6): sorted addresses, hostname, targetRef
 /// namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EndpointKey {
+pub(super) struct EndpointKey {
     pub addresses: Vec<String>,
     pub hostname: String,
     pub namespace: String,
@@ -40,7 +40,7 @@ pub struct EndpointKey {
 }
 
 impl EndpointKey {
-    pub fn of(e: &Endpoint) -> Self {
+    pub(super) fn of(e: &Endpoint) -> Self {
         let mut addresses = e.addresses.clone();
         addresses.sort_unstable();
         let r = e.target_ref.as_ref();
@@ -55,7 +55,7 @@ impl EndpointKey {
 
 /// The endpoints of one (family, ports) group, in insertion order.
 #[derive(Debug, Clone)]
-pub struct Group {
+pub(super) struct Group {
     pub family: Family,
     pub ports: Vec<EndpointPort>,
     pub key: PortsKey,
@@ -80,14 +80,14 @@ impl Group {
         }
     }
 
-    pub fn get(&self, key: &EndpointKey) -> Option<&Endpoint> {
+    pub(super) fn get(&self, key: &EndpointKey) -> Option<&Endpoint> {
         self.index.get(key).and_then(|&i| self.endpoints.get(i))
     }
 }
 
 /// The desired groups and the address counts the events report.
 #[derive(Debug, Clone, Default)]
-pub struct Desired {
+pub(super) struct Desired {
     /// In order of first appearance: repacked subset order, IPv4 before IPv6.
     pub groups: Vec<Group>,
     pub invalid: usize,
@@ -125,7 +125,7 @@ fn to_slice_ports(subset: &EndpointSubset) -> Vec<EndpointPort> {
         .collect()
 }
 
-pub fn desired(endpoints: &Endpoints, max_per_subset: usize) -> Desired {
+pub(super) fn desired(endpoints: &Endpoints, max_per_subset: usize) -> Desired {
     let subsets = repack(&entries_of(
         endpoints.subsets.as_deref().unwrap_or_default(),
     ));

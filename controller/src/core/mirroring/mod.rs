@@ -7,6 +7,7 @@
 
 mod desired;
 mod reconcile;
+pub mod triggers;
 pub mod validate;
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 pub mod allocation;
 pub mod cache;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
 pub mod nodes;
 pub mod traffic_distribution;
@@ -27,6 +28,7 @@ use self::nodes::ZoneRatios;
 use self::traffic_distribution::TrafficDistribution;
 use crate::core::endpointslice::hints::{HintsPolicy, PassSlices, remove_hints};
 use crate::core::event::PlannedEvent;
+use crate::core::keys::object_key;
 use crate::core::keys::{ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE};
 
 /// The maximum overload any zone's endpoints should see (upstream constant).
@@ -60,15 +62,6 @@ pub fn hints_enabled(service: &Service) -> bool {
         .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
         .or_else(|| annotations.get(ANNOTATION_TOPOLOGY_MODE));
     matches!(value.map(String::as_str), Some("Auto" | "auto"))
-}
-
-/// The cache key of a Service: `namespace/name`.
-pub fn service_key(service: &Service) -> String {
-    format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or_default(),
-        service.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Which hints a Service gets (§2.11, §3.1 precedence).
@@ -143,10 +136,6 @@ impl TopologyPolicy {
     pub fn cache_mut(&mut self) -> &mut TopologyCache {
         &mut self.cache
     }
-
-    pub fn into_cache(self) -> TopologyCache {
-        self.cache
-    }
 }
 
 impl HintsPolicy for TopologyPolicy {
@@ -156,7 +145,7 @@ impl HintsPolicy for TopologyPolicy {
         pass: &mut PassSlices<'_>,
         events: &mut Vec<PlannedEvent>,
     ) {
-        let key = service_key(service);
+        let key = object_key(&service.metadata);
         let mode = HintsMode::of_service(service);
         if mode == HintsMode::Auto {
             allocation::add_hints(&mut self.cache, self.ratios.as_ref(), &key, pass, events);

@@ -4,6 +4,7 @@
 //! - [`strip`]: what each store keeps of an object;
 //! - [`nsmap`]: namespaced objects sorted by name;
 //! - [`index`]: label indexes (Pods by label, Services by one selector pair);
+//! - [`cached_pod`]: the compact Pod the store keeps (what the reconcilers read);
 //! - [`watched_pod`]: decoding watched Pods straight into the fields kept;
 //! - this module: the stores and [`Cache`], which the watches fill and the
 //!   controllers read.
@@ -12,6 +13,7 @@
 //! reconcilers take short read locks to copy out `Arc`s, so neither waits long for the
 //! other. No lock is ever held across an `.await`.
 
+pub mod cached_pod;
 pub mod index;
 pub mod nsmap;
 pub mod strip;
@@ -25,12 +27,14 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+pub use self::cached_pod::CachedPod;
 use self::index::NamespacedLabelIndex;
 use self::nsmap::NsMap;
-use crate::core::cached_pod::CachedPod;
+use crate::core::change::Change;
 use crate::core::keys::LABEL_SERVICE_NAME;
 use crate::core::nodes::NodeLookup;
 use crate::core::pod::PodView;
+use crate::core::selector::selector_matches_pod;
 
 /// Namespace, name and resourceVersion of a cached object.
 pub trait Keyed {
@@ -115,7 +119,6 @@ impl PodStore {
         let Some(selector) = selector else {
             return Vec::new();
         };
-        let matches = |p: &CachedPod| selector.iter().all(|(k, v)| p.label(k) == Some(v));
         if selector.is_empty() {
             return self
                 .pods
@@ -136,7 +139,7 @@ impl PodStore {
             .into_iter()
             .flatten()
             .filter_map(|name| self.pods.get(namespace, name))
-            .filter(|p| matches(p))
+            .filter(|p| selector_matches_pod(Some(selector), p.as_ref()))
             .cloned()
             .collect()
     }
@@ -275,9 +278,7 @@ impl ServiceStore {
         names
             .into_iter()
             .filter_map(|n| self.services.get(ns, n))
-            .filter(|s| {
-                selector_of(s).is_some_and(|sel| sel.iter().all(|(k, v)| pod.label(k) == Some(v)))
-            })
+            .filter(|s| selector_matches_pod(selector_of(s), pod))
             .cloned()
             .collect()
     }
@@ -526,14 +527,59 @@ impl Store for NodeStore {
     }
 }
 
-/// A store behind its lock, with its first-list flag.
-#[derive(Debug, Default)]
-pub struct Shared<S> {
-    store: RwLock<S>,
-    synced: AtomicBool,
+/// Whether a watched store can be trusted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SyncState {
+    /// A list has completed since the process started watching.
+    pub(crate) listed: bool,
+    /// Listed, and not failed since: the store holds what the API server holds
+    /// (up to the watch's own delay).
+    pub(crate) in_sync: bool,
 }
 
-impl<S> Shared<S> {
+/// Something that wants every change of one resource once the store holds it: the
+/// controllers' event handlers, the webhook's allocation state. One watch per
+/// resource feeds them all.
+pub(crate) trait Consumer<T>: Send + Sync {
+    /// One change, after the store applied it.
+    fn changed(&self, change: &Change<T>);
+
+    /// The watch listed (`true`) or failed / started listing again (`false`).
+    fn sync_changed(&self, _in_sync: bool) {}
+}
+
+/// A store behind its lock, with the watch's sync signal and the consumers its
+/// changes go to. The watch is its only writer ([`crate::shell::watch`]); readers
+/// take short read locks to copy `Arc`s out.
+pub struct Shared<S: Store> {
+    store: RwLock<S>,
+    sync: tokio::sync::watch::Sender<SyncState>,
+    consumers: RwLock<Vec<Arc<dyn Consumer<S::Item>>>>,
+    /// A watch has been started for this store (at most one ever is).
+    watched: AtomicBool,
+}
+
+impl<S: Store + Default> Default for Shared<S> {
+    fn default() -> Self {
+        Self {
+            store: RwLock::new(S::default()),
+            sync: tokio::sync::watch::Sender::new(SyncState::default()),
+            consumers: RwLock::new(Vec::new()),
+            watched: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<S: Store> std::fmt::Debug for Shared<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("sync", &*self.sync.borrow())
+            .field("objects", &self.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> Shared<S> {
     /// Readers copy `Arc`s out and let go; a poisoned lock still holds a consistent
     /// store (every store method completes its map updates before returning).
     pub fn read(&self) -> RwLockReadGuard<'_, S> {
@@ -548,18 +594,117 @@ impl<S> Shared<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether the first list has completed.
+    /// Whether a list has completed.
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.sync.borrow().listed
     }
 
-    pub fn set_synced(&self) {
-        self.synced.store(true, Ordering::Release);
+    /// Whether the store is listed and its watch has not failed since.
+    pub(crate) fn is_in_sync(&self) -> bool {
+        self.sync.borrow().in_sync
+    }
+
+    /// Waits until a list has completed (at once if one has): the signal the
+    /// controllers start on, raised by the watch itself.
+    pub(crate) async fn wait_synced(&self) {
+        let mut rx = self.sync.subscribe();
+        // The sender lives as long as `self`, which outlives this borrow.
+        let _ = rx.wait_for(|s| s.listed).await;
+    }
+
+    /// The watch completed a list: the store is complete.
+    pub(crate) fn mark_listed(&self) {
+        self.sync.send_replace(SyncState {
+            listed: true,
+            in_sync: true,
+        });
+        for c in self.consumers_now() {
+            c.sync_changed(true);
+        }
+    }
+
+    /// The watch failed or started a re-list: changes may be missing until it lists.
+    pub(crate) fn mark_out_of_sync(&self) {
+        let was = self.sync.send_replace(SyncState {
+            listed: self.is_synced(),
+            in_sync: false,
+        });
+        if was.in_sync {
+            for c in self.consumers_now() {
+                c.sync_changed(false);
+            }
+        }
+    }
+
+    /// Claims the right to start this store's watch: `true` once, for the first caller.
+    pub(crate) fn claim_watch(&self) -> bool {
+        !self.watched.swap(true, Ordering::AcqRel)
+    }
+
+    fn consumers_now(&self) -> Vec<Arc<dyn Consumer<S::Item>>> {
+        self.consumers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Hands `change` to every consumer.
+    pub(crate) fn dispatch(&self, change: &Change<S::Item>) {
+        let consumers = self
+            .consumers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for c in consumers.iter() {
+            c.changed(change);
+        }
+    }
+
+    /// Adds a consumer. It first gets every object the store holds as `Added` (and
+    /// the current sync state), so a consumer attached to a running watch starts
+    /// from the same picture as one attached before the first list. A change the
+    /// watch makes meanwhile may reach it twice, never not at all.
+    pub(crate) fn attach(&self, consumer: Arc<dyn Consumer<S::Item>>) {
+        let mut consumers = self
+            .consumers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let existing = self.read().all();
+        for obj in existing {
+            consumer.changed(&Change::Added(obj));
+        }
+        if self.is_in_sync() {
+            consumer.sync_changed(true);
+        }
+        consumers.push(consumer);
     }
 }
 
-/// Every store of the runtime. Stores of resources no enabled controller reads stay
-/// empty and unwatched.
+/// The resources the runtime watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Resource {
+    Services,
+    Pods,
+    Nodes,
+    EndpointSlices,
+    Endpoints,
+}
+
+impl Resource {
+    /// The plural name (logs and metrics).
+    pub(crate) fn plural(self) -> &'static str {
+        match self {
+            Resource::Services => "services",
+            Resource::Pods => "pods",
+            Resource::Nodes => "nodes",
+            Resource::EndpointSlices => "endpointslices",
+            Resource::Endpoints => "endpoints",
+        }
+    }
+}
+
+/// Every store of the process. Stores of resources nothing reads stay empty and
+/// unwatched; a resource read by several consumers (Services: the controllers and
+/// the webhook) is watched once.
 #[derive(Debug, Default)]
 pub struct Cache {
     pub services: Shared<ServiceStore>,
@@ -567,6 +712,30 @@ pub struct Cache {
     pub nodes: Shared<NodeStore>,
     pub slices: Shared<SliceStore>,
     pub endpoints: Shared<EndpointsStore>,
+}
+
+impl Cache {
+    /// Waits until `resource`'s store has completed a list.
+    pub(crate) async fn wait_synced(&self, resource: Resource) {
+        match resource {
+            Resource::Services => self.services.wait_synced().await,
+            Resource::Pods => self.pods.wait_synced().await,
+            Resource::Nodes => self.nodes.wait_synced().await,
+            Resource::EndpointSlices => self.slices.wait_synced().await,
+            Resource::Endpoints => self.endpoints.wait_synced().await,
+        }
+    }
+
+    /// Objects held per resource (for the cache-size metric).
+    pub(crate) fn sizes(&self) -> [(Resource, usize); 5] {
+        [
+            (Resource::Services, self.services.read().len()),
+            (Resource::Pods, self.pods.read().len()),
+            (Resource::Nodes, self.nodes.read().len()),
+            (Resource::EndpointSlices, self.slices.read().len()),
+            (Resource::Endpoints, self.endpoints.read().len()),
+        ]
+    }
 }
 
 #[cfg(test)]

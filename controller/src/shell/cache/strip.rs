@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Node, NodeCondition, NodeStatus, Pod
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::core::cached_pod::CachedPod;
 use crate::core::keys::ANNOTATION_LAST_APPLIED;
+use crate::shell::cache::CachedPod;
 
 fn strip_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;

@@ -191,8 +191,8 @@ impl kube::Resource for WatchedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::cached_pod::CachedPod;
     use crate::core::fixtures::pod;
+    use crate::shell::cache::CachedPod;
 
     fn via_watch(p: &Pod) -> CachedPod {
         let json = serde_json::to_string(p).unwrap();

@@ -5,21 +5,22 @@
 //! cached Services and records each finding (duplicate, out-of-range or invalid
 //! ClusterIPs and nodePorts) as a Warning event on its Service with upstream's reason
 //! and message. Nothing is changed: upstream's remedy for all of these is "please
-//! recreate service". The webhook's claim repair (releasing AllocationClaims no
-//! Service holds) runs beside it on the leader only, so two replicas never race to
-//! delete the same claims.
+//! recreate service". (The webhook's claim repair is the webhook's own loop, run on
+//! the leader whether this controller runs or not.)
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use svcplane_allocator::{AllocatorConfig, Finding, rebuild};
+use svcplane_allocator::{AllocatorConfig, Finding};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::core::event::{EventType, PlannedEvent};
 use crate::shell::cache::Cache;
+use crate::shell::controllers::Controller;
 use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use tokio::task::JoinHandle;
 
 /// Settings of the repair controller.
 #[derive(Debug, Clone)]
@@ -29,19 +30,9 @@ pub struct Config {
     pub seed: u64,
 }
 
-/// Upstream's component names for the two repair loops.
-fn component(reason: &str) -> &'static str {
-    if reason.starts_with("Port") {
-        "portallocator-repair-controller"
-    } else {
-        "ipallocator-repair-controller"
-    }
-}
-
-/// The findings of one pass over `services` (pure).
-pub fn findings(services: &[Service], config: &Config) -> Result<Vec<Finding>, String> {
-    let mut allocators = config.allocator.allocators(config.seed)?;
-    Ok(rebuild(&mut allocators, services).findings)
+/// The findings of one pass over `services` (pure; the allocator's rules).
+pub(crate) fn findings(services: &[Service], config: &Config) -> Result<Vec<Finding>, String> {
+    svcplane_allocator::repair_findings(services, &config.allocator, config.seed)
 }
 
 fn record(events: &EventRecorder, cache: &Cache, f: &Finding) {
@@ -73,28 +64,49 @@ fn record(events: &EventRecorder, cache: &Cache, f: &Finding) {
     };
     events.record(EventRecord::from_planned(
         object_reference("v1", "Service", namespace, name, uid.as_deref()),
-        component(f.reason),
+        f.component(),
         action,
         &planned,
     ));
 }
 
-/// Runs passes until `cancel`; the first once the Service cache is synced.
-pub async fn run(
+/// The controller: a timer, the cached Services, the event recorder.
+#[derive(Debug)]
+pub(crate) struct AllocatorRepair {
     cache: Arc<Cache>,
     events: EventRecorder,
     config: Config,
-    cancel: CancellationToken,
-) {
+}
+
+impl AllocatorRepair {
+    pub(crate) fn new(cache: Arc<Cache>, events: EventRecorder, config: Config) -> Self {
+        Self {
+            cache,
+            events,
+            config,
+        }
+    }
+}
+
+impl Controller for AllocatorRepair {
+    fn start(self: Arc<Self>, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        vec![tokio::spawn(run(
+            self.cache.clone(),
+            self.events.clone(),
+            self.config.clone(),
+            stop.clone(),
+        ))]
+    }
+}
+
+/// Runs passes until `cancel`; the runtime starts it once the Service cache listed.
+async fn run(cache: Arc<Cache>, events: EventRecorder, config: Config, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
-        }
-        if !cache.services.is_synced() {
-            continue;
         }
         let services: Vec<Service> = {
             use crate::shell::cache::Store;
@@ -152,13 +164,6 @@ mod tests {
                 ("ClusterIPOutOfRange", "default/c")
             ]
         );
-        assert_eq!(
-            component("PortOutOfRange"),
-            "portallocator-repair-controller"
-        );
-        assert_eq!(
-            component("ClusterIPOutOfRange"),
-            "ipallocator-repair-controller"
-        );
+        assert_eq!(found[0].component(), "ipallocator-repair-controller");
     }
 }

@@ -1,62 +1,63 @@
-//! From watch changes to queued keys, for every enabled controller.
+//! From watch changes to queued keys, for every running controller.
 //!
-//! One watch per resource feeds all controllers that read it, so a Pod change is
-//! mapped to Services once (through the Service store's selector index, never a scan
-//! of the namespace) and the keys go to the EndpointSlice and Endpoints controllers
-//! alike. Pods whose IPs cannot be parsed get a Warning event here, once per change,
-//! because the reconcilers skip such addresses silently (endpoints-spec §1.4).
+//! One consumer per watched resource hands each change to every controller, so a
+//! resource is watched once however many controllers read it. A Pod change is mapped
+//! to Services once (through the Service store's selector index, never a scan of the
+//! namespace) and the keys go to every controller that reads Pods. Pods whose IPs
+//! cannot be parsed get a Warning event here, once per change (the reconcilers skip
+//! such addresses; the rule is `core::pod::invalid_pod_ip_event`, shared with `plan`).
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::endpoints::EndpointsController;
-use super::endpointslice::EndpointSliceController;
-use super::mirroring::MirroringController;
-use crate::core::cached_pod::CachedPod;
+use super::Controller;
 use crate::core::endpointslice::triggers;
-use crate::core::event::PlannedEvent;
-use crate::core::ip;
-use crate::core::pod::PodView;
-use crate::shell::cache::Cache;
+use crate::core::keys::object_key;
+use crate::core::pod::{PodView, invalid_pod_ip_event};
+use crate::shell::cache::{Cache, CachedPod, Consumer};
 use crate::shell::events::{EventRecord, EventRecorder, object_reference};
 use crate::shell::watch::Change;
 
-/// Reason of the event on a Pod with an unparseable IP (svcplane's own).
-pub const REASON_INVALID_POD_IP: &str = "InvalidPodIP";
+/// `reportingController` of the Pod IP warning (the EndpointSlice controller's, as
+/// the address is left out of its slices).
+const POD_IP_COMPONENT: &str = super::endpointslice::COMPONENT;
 
-/// The enabled controllers' event handlers.
-#[derive(Debug, Clone)]
-pub struct Dispatch {
-    pub cache: Arc<Cache>,
-    pub endpoint_slice: Option<Arc<EndpointSliceController>>,
-    pub endpoints: Option<Arc<EndpointsController>>,
-    pub mirroring: Option<Arc<MirroringController>>,
-    pub events: EventRecorder,
+/// The running controllers' event handlers, as one consumer per resource.
+#[derive(Debug)]
+pub(crate) struct Dispatch {
+    cache: Arc<Cache>,
+    /// Every running controller.
+    all: Vec<Arc<dyn Controller>>,
+    /// Those reading Pods (they get the Service keys of Pod changes).
+    pod_readers: Vec<Arc<dyn Controller>>,
+    events: EventRecorder,
 }
 
 impl Dispatch {
-    pub fn service(&self, change: &Change<Service>) {
-        if let Some(c) = &self.endpoint_slice {
-            c.on_service(change);
-        }
-        if let Some(c) = &self.endpoints {
-            c.on_service(change);
-        }
-        if let Some(c) = &self.mirroring {
-            c.on_service(change);
+    pub(crate) fn new(
+        cache: Arc<Cache>,
+        all: Vec<Arc<dyn Controller>>,
+        pod_readers: Vec<Arc<dyn Controller>>,
+        events: EventRecorder,
+    ) -> Self {
+        Self {
+            cache,
+            all,
+            pod_readers,
+            events,
         }
     }
 
     /// The Services a Pod change affects (§2.1), from the selector index.
-    pub fn services_for_pod(&self, change: &Change<CachedPod>) -> Vec<String> {
+    fn services_for_pod(&self, change: &Change<CachedPod>) -> Vec<String> {
         let services = self.cache.services.read();
         match change {
             Change::Added(p) | Change::Deleted(p) => services
                 .matching(&**p)
                 .iter()
-                .map(|s| triggers::service_key(s))
+                .map(|s| object_key(&s.metadata))
                 .collect(),
             Change::Updated { old, new } => {
                 let mut candidates = services.matching(&**old);
@@ -67,8 +68,35 @@ impl Dispatch {
         }
     }
 
-    pub fn pod(&self, change: &Change<CachedPod>) {
-        if self.endpoint_slice.is_none() && self.endpoints.is_none() {
+    fn check_pod_ips(&self, change: &Change<CachedPod>) {
+        let pod = match change {
+            Change::Added(p) => p,
+            Change::Updated { old, new } if !old.pod_ips().eq(new.pod_ips()) => new,
+            _ => return,
+        };
+        let Some(event) = invalid_pod_ip_event(&**pod) else {
+            return;
+        };
+        self.events.record(EventRecord::from_planned(
+            object_reference("v1", "Pod", pod.namespace(), pod.name(), pod.uid()),
+            POD_IP_COMPONENT,
+            "Reconcile",
+            &event,
+        ));
+    }
+}
+
+impl Consumer<Service> for Dispatch {
+    fn changed(&self, change: &Change<Service>) {
+        for c in &self.all {
+            c.on_service(change);
+        }
+    }
+}
+
+impl Consumer<CachedPod> for Dispatch {
+    fn changed(&self, change: &Change<CachedPod>) {
+        if self.pod_readers.is_empty() {
             return;
         }
         self.check_pod_ips(change);
@@ -76,92 +104,31 @@ impl Dispatch {
         if keys.is_empty() {
             return;
         }
-        if let Some(c) = &self.endpoints {
-            c.on_pod_keys(keys.clone());
-        }
-        if let Some(c) = &self.endpoint_slice {
-            c.on_pod_keys(keys);
+        for c in &self.pod_readers {
+            c.on_pod_keys(&keys);
         }
     }
+}
 
-    fn check_pod_ips(&self, change: &Change<CachedPod>) {
-        let pod = match change {
-            Change::Added(p) => p,
-            Change::Updated { old, new } if !old.pod_ips().eq(new.pod_ips()) => new,
-            _ => return,
-        };
-        let bad: Vec<&str> = pod
-            .pod_ips()
-            .filter(|a| ip::parse_sloppy(a).is_none())
-            .collect();
-        if bad.is_empty() {
-            return;
+impl Consumer<Node> for Dispatch {
+    fn changed(&self, change: &Change<Node>) {
+        for c in &self.all {
+            c.on_node(change);
         }
-        self.events.record(EventRecord::from_planned(
-            object_reference("v1", "Pod", pod.namespace(), pod.name(), pod.uid()),
-            super::endpointslice::COMPONENT,
-            "Reconcile",
-            &PlannedEvent::warning(
-                REASON_INVALID_POD_IP,
-                format!(
-                    "status.podIPs has unparseable address(es) {}; left out of EndpointSlices and Endpoints",
-                    bad.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")
-                ),
-            ),
-        ));
     }
+}
 
-    pub fn node(&self, change: &Change<Node>) {
-        let Some(c) = &self.endpoint_slice else {
-            return;
-        };
-        c.on_node(change);
-        // svcplane addition: endpoints carry their Node's zone, so a Node that appears
-        // (Pods on it were skipped as "Node Not Found") or changes zone re-syncs the
-        // Services with Pods on it. Upstream waits for the next unrelated event.
-        let zone = |n: &Node| {
-            n.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::core::keys::LABEL_ZONE))
-                .cloned()
-        };
-        let node = match change {
-            Change::Added(n) => n,
-            Change::Updated { old, new } if zone(old) != zone(new) => new,
-            _ => return,
-        };
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let pods = self.cache.pods.read().on_node(name);
-        if pods.is_empty() {
-            return;
-        }
-        let mut keys: Vec<String> = {
-            let services = self.cache.services.read();
-            pods.iter()
-                .flat_map(|p| services.matching(&**p))
-                .map(|s| triggers::service_key(&s))
-                .collect()
-        };
-        keys.sort();
-        keys.dedup();
-        c.on_pod_keys(keys);
-    }
-
-    pub fn slice(&self, change: &Change<EndpointSlice>) {
-        if let Some(c) = &self.endpoint_slice {
-            c.on_slice(change);
-        }
-        if let Some(c) = &self.mirroring {
+impl Consumer<EndpointSlice> for Dispatch {
+    fn changed(&self, change: &Change<EndpointSlice>) {
+        for c in &self.all {
             c.on_slice(change);
         }
     }
+}
 
-    pub fn endpoints(&self, change: &Change<Endpoints>) {
-        if let Some(c) = &self.endpoints {
-            c.on_endpoints(change);
-        }
-        if let Some(c) = &self.mirroring {
+impl Consumer<Endpoints> for Dispatch {
+    fn changed(&self, change: &Change<Endpoints>) {
+        for c in &self.all {
             c.on_endpoints(change);
         }
     }

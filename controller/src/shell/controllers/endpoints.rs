@@ -9,29 +9,33 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use tracing::debug;
 
-use super::{Parts, SyncError, Syncer, lock, split_key};
+use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
 use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
 use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
 use crate::core::event::PlannedEvent;
-use crate::core::label_syntax::selector_errors;
+use crate::core::keys::object_key;
 use crate::core::trigger_time::TriggerTimeTracker;
 use crate::shell::apply::{WriteError, WriteErrorKind};
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// `reportingController` of this controller's events.
-pub const COMPONENT: &str = "endpoint-controller";
+pub(crate) const COMPONENT: &str = "endpoint-controller";
 const RESOURCE: &str = "endpoints";
-pub const REASON_FAILED_TO_CREATE: &str = "FailedToCreateEndpoint";
-pub const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
+pub(crate) const REASON_FAILED_TO_CREATE: &str = "FailedToCreateEndpoint";
+pub(crate) const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
 
 /// Settings of the Endpoints controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     /// `--endpoint-updates-batch-period`.
     pub batch_period: Duration,
+    /// `--concurrent-endpoint-syncs`.
+    pub workers: usize,
 }
 
 #[derive(Debug, Default)]
@@ -42,23 +46,19 @@ struct State {
 
 /// The controller.
 #[derive(Debug)]
-pub struct EndpointsController {
+pub(crate) struct EndpointsController {
     parts: Parts,
     config: Config,
     state: Mutex<State>,
 }
 
 impl EndpointsController {
-    pub fn new(parts: Parts, config: Config) -> Self {
+    pub(crate) fn new(parts: Parts, config: Config) -> Self {
         Self {
             parts,
             config,
             state: Mutex::new(State::default()),
         }
-    }
-
-    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.parts.queue
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -71,36 +71,9 @@ impl EndpointsController {
 
     // --- event handlers (§4.1) ----------------------------------------------------
 
-    pub fn on_service(&self, change: &Change<Service>) {
-        let m = &change.latest().metadata;
-        self.add(format!(
-            "{}/{}",
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default()
-        ));
-    }
-
-    pub fn on_pod_keys(&self, keys: Vec<String>) {
-        for key in keys {
-            self.parts.queue.add_after(key, self.config.batch_period);
-        }
-    }
-
-    /// Only deletes are watched: a hand edit persists until the next sync.
-    pub fn on_endpoints(&self, change: &Change<Endpoints>) {
-        if let Change::Deleted(e) = change {
-            let m = &e.metadata;
-            self.add(format!(
-                "{}/{}",
-                m.namespace.as_deref().unwrap_or_default(),
-                m.name.as_deref().unwrap_or_default()
-            ));
-        }
-    }
-
     /// Once the caches are synced: every Endpoints object but leader-election
     /// records, so leftovers of Services deleted while nobody watched are removed.
-    pub fn queue_startup_keys(&self) {
+    fn queue_startup_keys(&self) {
         let endpoints = self.parts.cache.endpoints.read().all();
         for key in startup_keys(endpoints.iter().map(Arc::as_ref)) {
             self.add(key);
@@ -136,10 +109,6 @@ impl EndpointsController {
             .as_ref()
             .and_then(|s| s.spec.as_ref())
             .and_then(|s| s.selector.as_ref());
-        if selector.is_some_and(|s| !selector_errors(s).is_empty()) {
-            // Reported by the EndpointSlice controller's event; nothing can match.
-            return Ok(());
-        }
         let pods = self.parts.cache.pods.read().selected(namespace, selector);
         let plan = {
             let mut st = self.state();
@@ -222,6 +191,43 @@ impl EndpointsController {
     }
 }
 
+impl Controller for EndpointsController {
+    fn on_service(&self, change: &Change<Service>) {
+        let m = &change.latest().metadata;
+        self.add(object_key(m));
+    }
+
+    fn on_pod_keys(&self, keys: &[String]) {
+        for key in keys {
+            self.parts
+                .queue
+                .add_after(key.clone(), self.config.batch_period);
+        }
+    }
+
+    /// Only deletes are watched: a hand edit persists until the next sync.
+    fn on_endpoints(&self, change: &Change<Endpoints>) {
+        if let Change::Deleted(e) = change {
+            let m = &e.metadata;
+            self.add(object_key(m));
+        }
+    }
+
+    fn start(self: Arc<Self>, _stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        self.queue_startup_keys();
+        spawn_workers(
+            &self,
+            &self.parts.queue,
+            &self.parts.metrics,
+            self.config.workers,
+        )
+    }
+
+    fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
+        Some(&self.parts.queue)
+    }
+}
+
 impl Syncer for EndpointsController {
     const QUEUE: &'static str = "endpoint";
 
@@ -243,6 +249,7 @@ mod tests {
         let c = EndpointsController::new(
             p.clone(),
             Config {
+                workers: 1,
                 batch_period: Duration::ZERO,
             },
         );

@@ -7,24 +7,26 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{Parts, SyncError, Syncer, lock, split_key};
-use crate::core::cached_pod::CachedPod;
+use super::slice_writes::{SliceWrites, write_slices};
+use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
 use crate::core::endpointslice::tracker::SliceTracker;
 use crate::core::endpointslice::triggers;
 use crate::core::endpointslice::{
-    AddressTypePass, CONTROLLER_NAME, Inputs, Outcome, SliceRef, is_managed_slice_of,
-    reconcile_with_hints,
+    AddressTypePass, CONTROLLER_NAME, Inputs, Outcome, is_managed_slice_of, reconcile_with_hints,
 };
 use crate::core::event::PlannedEvent;
-use crate::core::label_syntax::selector_errors;
+use crate::core::keys::object_key;
 use crate::core::topology::{HintsMode, TopologyPolicy, hints_enabled};
 use crate::core::trigger_time::TriggerTimeTracker;
-use crate::shell::apply::{WriteError, WriteErrorKind};
+use crate::shell::apply::WriteError;
+use crate::shell::cache::CachedPod;
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::metrics::{
@@ -34,17 +36,16 @@ use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
 
 /// `reportingController` of this controller's events.
-pub const COMPONENT: &str = "endpoint-slice-controller";
-const RESOURCE: &str = "endpointslices";
+pub(crate) const COMPONENT: &str = "endpoint-slice-controller";
 /// Slice events are batched at least this long (§2.1).
 const MIN_SLICE_EVENT_DELAY: Duration = Duration::from_secs(1);
-/// Reason of the event for a Service whose selector cannot be valid.
-pub const REASON_INVALID_SELECTOR: &str = "InvalidSelector";
 
 /// Settings of the EndpointSlice controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     pub max_endpoints_per_slice: usize,
+    /// `--concurrent-service-endpoint-syncs`.
+    pub workers: usize,
     /// `--endpointslice-updates-batch-period`.
     pub batch_period: Duration,
 }
@@ -68,7 +69,7 @@ struct State {
 
 /// The controller.
 #[derive(Debug)]
-pub struct EndpointSliceController {
+pub(crate) struct EndpointSliceController {
     parts: Parts,
     config: Config,
     /// Tracker, trigger times, per-Service metric figures: held only for map updates.
@@ -83,7 +84,7 @@ pub struct EndpointSliceController {
 }
 
 impl EndpointSliceController {
-    pub fn new(parts: Parts, config: Config) -> Self {
+    pub(crate) fn new(parts: Parts, config: Config) -> Self {
         Self {
             parts,
             config,
@@ -91,10 +92,6 @@ impl EndpointSliceController {
             topology: Mutex::new(TopologyPolicy::default()),
             topology_dirty: Notify::new(),
         }
-    }
-
-    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.parts.queue
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -107,51 +104,9 @@ impl EndpointSliceController {
 
     // --- event handlers (§2.1) --------------------------------------------------
 
-    pub fn on_service(&self, change: &Change<Service>) {
-        self.add(triggers::service_key(change.latest()));
-    }
-
-    /// Services a Pod event affects, already computed by the dispatcher.
-    pub fn on_pod_keys(&self, keys: Vec<String>) {
-        for key in keys {
-            self.parts.queue.add_after(key, self.config.batch_period);
-        }
-    }
-
-    pub fn on_slice(&self, change: &Change<EndpointSlice>) {
-        let keys = {
-            let mut st = self.state();
-            match change {
-                Change::Added(s) => {
-                    triggers::services_for_slice_add(s, &st.tracker, CONTROLLER_NAME)
-                }
-                Change::Updated { old, new } => {
-                    triggers::services_for_slice_update(old, new, &st.tracker, CONTROLLER_NAME)
-                }
-                Change::Deleted(s) => {
-                    triggers::services_for_slice_delete(s, &mut st.tracker, CONTROLLER_NAME)
-                }
-            }
-        };
-        let delay = self.config.batch_period.max(MIN_SLICE_EVENT_DELAY);
-        for key in keys {
-            self.parts.queue.add_after(key, delay);
-        }
-    }
-
-    pub fn on_node(&self, change: &Change<k8s_openapi::api::core::v1::Node>) {
-        let relevant = match change {
-            Change::Added(_) | Change::Deleted(_) => true,
-            Change::Updated { old, new } => triggers::node_update_affects_topology(old, new),
-        };
-        if relevant {
-            self.topology_dirty.notify_one();
-        }
-    }
-
     /// The topology work item (§2.1, §3.3.1, §3.3.6): recompute the zone ratios
     /// from the cached Nodes and queue the Services whose hints they overload.
-    pub fn refresh_topology(&self) {
+    pub(crate) fn refresh_topology(&self) {
         let keys = {
             let nodes = self.parts.cache.nodes.read();
             lock(&self.topology).set_nodes(nodes.iter().map(Arc::as_ref))
@@ -164,7 +119,10 @@ impl EndpointSliceController {
 
     /// Runs the topology work item whenever Nodes changed in a way that matters
     /// (changes in between are coalesced), until `cancel`.
-    pub async fn topology_loop(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
+    pub(crate) async fn topology_loop(
+        self: Arc<Self>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -294,47 +252,13 @@ impl EndpointSliceController {
         &self,
         key: &str,
         namespace: &str,
-        creates: &[EndpointSlice],
-        updates: &[EndpointSlice],
-        deletes: &[SliceRef],
+        writes: SliceWrites<'_>,
     ) -> Result<usize, WriteError> {
-        let mut written = 0;
-        for slice in creates {
-            match self.parts.writer.create(RESOURCE, namespace, slice).await {
-                Ok(stored) => {
-                    self.state().tracker.record_written(key, &stored);
-                    self.count_change("create");
-                    written += 1;
-                }
-                Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => {
-                    debug!(key, "namespace terminating; creates skipped");
-                    return Ok(written);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        for slice in updates {
-            let stored = self
-                .parts
-                .writer
-                .replace(RESOURCE, namespace, slice)
-                .await?;
-            self.state().tracker.record_written(key, &stored);
-            self.count_change("update");
-            written += 1;
-        }
-        for r in deletes {
-            self.parts
-                .writer
-                .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
-                .await?;
-            if let Some(uid) = &r.uid {
-                self.state().tracker.record_deleted(key, uid);
-            }
-            self.count_change("delete");
-            written += 1;
-        }
-        Ok(written)
+        write_slices(&self.parts.writer, namespace, writes, |w| {
+            w.record(&mut self.state().tracker, key);
+            self.count_change(w.operation());
+        })
+        .await
     }
 
     async fn sync_service(&self, key: &str) -> Result<(), SyncError> {
@@ -344,22 +268,6 @@ impl EndpointSliceController {
             return Ok(());
         };
         let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
-        if let Some(selector) = selector {
-            let errors = selector_errors(selector);
-            if !errors.is_empty() {
-                // No Pod can carry an invalid label, so nothing can be selected; say
-                // so on the Service instead of writing an empty placeholder.
-                self.event(
-                    &service,
-                    "Reconcile",
-                    &PlannedEvent::warning(
-                        REASON_INVALID_SELECTOR,
-                        format!("spec.selector is invalid: {}", errors.join("; ")),
-                    ),
-                );
-                return Ok(());
-            }
-        }
         let pods: Vec<Arc<CachedPod>> = self.parts.cache.pods.read().selected(namespace, selector);
         // The slices are read under the state lock, so the stale check and the
         // snapshot the plan is built from are the same view (a delete event consuming
@@ -424,9 +332,12 @@ impl EndpointSliceController {
             es.endpoints_removed_per_sync
                 .observe(pass.stats.endpoints_removed as f64);
             self.record_figures(key, pass);
-            let result = self
-                .apply_pass(key, namespace, &pass.creates, &pass.updates, &pass.deletes)
-                .await;
+            let writes = SliceWrites {
+                creates: &pass.creates,
+                updates: &pass.updates,
+                deletes: &pass.deletes,
+            };
+            let result = self.apply_pass(key, namespace, writes).await;
             let written = result.unwrap_or_else(|e| {
                 warn!(key, address_type = pass.address_type, error = %e, "writing EndpointSlices failed");
                 failure.get_or_insert(e);
@@ -442,7 +353,15 @@ impl EndpointSliceController {
         if failure.is_none()
             && !plan.unsupported_deletes.is_empty()
             && let Err(e) = self
-                .apply_pass(key, namespace, &[], &[], &plan.unsupported_deletes)
+                .apply_pass(
+                    key,
+                    namespace,
+                    SliceWrites {
+                        creates: &[],
+                        updates: &[],
+                        deletes: &plan.unsupported_deletes,
+                    },
+                )
                 .await
         {
             failure = Some(e);
@@ -471,6 +390,100 @@ impl EndpointSliceController {
     }
 }
 
+impl Controller for EndpointSliceController {
+    fn on_service(&self, change: &Change<Service>) {
+        self.add(object_key(&change.latest().metadata));
+    }
+
+    /// Services a Pod event affects, already computed by the dispatcher.
+    fn on_pod_keys(&self, keys: &[String]) {
+        for key in keys {
+            self.parts
+                .queue
+                .add_after(key.clone(), self.config.batch_period);
+        }
+    }
+
+    fn on_slice(&self, change: &Change<EndpointSlice>) {
+        let keys = {
+            let mut st = self.state();
+            match change {
+                Change::Added(s) => {
+                    triggers::services_for_slice_add(s, &st.tracker, CONTROLLER_NAME)
+                }
+                Change::Updated { old, new } => {
+                    triggers::services_for_slice_update(old, new, &st.tracker, CONTROLLER_NAME)
+                }
+                Change::Deleted(s) => {
+                    triggers::services_for_slice_delete(s, &mut st.tracker, CONTROLLER_NAME)
+                }
+            }
+        };
+        let delay = self.config.batch_period.max(MIN_SLICE_EVENT_DELAY);
+        for key in keys {
+            self.parts.queue.add_after(key, delay);
+        }
+    }
+
+    fn on_node(&self, change: &Change<Node>) {
+        let relevant = match change {
+            Change::Added(_) | Change::Deleted(_) => true,
+            Change::Updated { old, new } => triggers::node_update_affects_topology(old, new),
+        };
+        if relevant {
+            self.topology_dirty.notify_one();
+        }
+        // svcplane addition: endpoints carry their Node's zone, so a Node that appears
+        // (Pods on it were skipped as "Node Not Found") or changes zone re-syncs the
+        // Services with Pods on it. Upstream waits for the next unrelated event.
+        let zone = |n: &Node| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::core::keys::LABEL_ZONE))
+                .cloned()
+        };
+        let node = match change {
+            Change::Added(n) => n,
+            Change::Updated { old, new } if zone(old) != zone(new) => new,
+            _ => return,
+        };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let pods = self.parts.cache.pods.read().on_node(name);
+        if pods.is_empty() {
+            return;
+        }
+        let mut keys: Vec<String> = {
+            let services = self.parts.cache.services.read();
+            pods.iter()
+                .flat_map(|p| services.matching(&**p))
+                .map(|s| object_key(&s.metadata))
+                .collect()
+        };
+        keys.sort();
+        keys.dedup();
+        self.on_pod_keys(&keys);
+    }
+
+    /// The zone ratios first, so no Service is first synced without them (and
+    /// rewritten once they arrive); then the topology task and the workers.
+    fn start(self: Arc<Self>, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        self.refresh_topology();
+        let mut tasks = vec![tokio::spawn(self.clone().topology_loop(stop.clone()))];
+        tasks.extend(spawn_workers(
+            &self,
+            &self.parts.queue,
+            &self.parts.metrics,
+            self.config.workers,
+        ));
+        tasks
+    }
+
+    fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
+        Some(&self.parts.queue)
+    }
+}
+
 impl Syncer for EndpointSliceController {
     const QUEUE: &'static str = "endpoint_slice";
 
@@ -484,6 +497,7 @@ mod tests {
     use super::*;
     use crate::core::endpointslice::reconcile;
     use crate::core::fixtures::{as_stored, node, pod, svc};
+    use crate::shell::apply::WriteErrorKind;
     use crate::shell::cache::Store;
     use crate::shell::controllers::test_support::{parts, write_attempts};
     use crate::shell::queue::RateLimit;
@@ -492,6 +506,7 @@ mod tests {
         EndpointSliceController::new(
             p.clone(),
             Config {
+                workers: 1,
                 max_endpoints_per_slice: 100,
                 batch_period: Duration::ZERO,
             },

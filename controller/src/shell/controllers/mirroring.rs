@@ -9,31 +9,30 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::time::Instant;
-use tracing::debug;
 
-use super::{Parts, SyncError, Syncer, lock, split_key};
-use crate::core::endpointslice::SliceWrite;
+use super::slice_writes::{SliceWrites, write_slices};
+use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
 use crate::core::endpointslice::tracker::SliceTracker;
-use crate::core::endpointslice::triggers;
-use crate::core::mirroring::{
-    self as core_mirroring, CONTROLLER_NAME, MirrorStats, is_mirrored_slice_of, should_mirror,
-};
-use crate::shell::apply::WriteErrorKind;
+use crate::core::mirroring::triggers::{keys_for_endpoints, keys_for_service, keys_for_slice};
+use crate::core::mirroring::{self as core_mirroring, MirrorStats, is_mirrored_slice_of};
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::metrics::OperationLabels;
 use crate::shell::queue::WorkQueue;
 use crate::shell::watch::Change;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// `reportingController` of this controller's events.
-pub const COMPONENT: &str = "endpoint-slice-mirroring-controller";
-const RESOURCE: &str = "endpointslices";
+pub(crate) const COMPONENT: &str = "endpoint-slice-mirroring-controller";
 
 /// Settings of the mirroring controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     /// `--mirroring-max-endpoints-per-subset`.
     pub max_endpoints_per_subset: usize,
+    /// `--mirroring-concurrent-service-endpoint-syncs`.
+    pub workers: usize,
     /// `--mirroring-endpointslice-updates-batch-period` (slice events only).
     pub batch_period: Duration,
 }
@@ -51,63 +50,16 @@ struct State {
     figures: HashMap<String, Figures>,
 }
 
-fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or_default(),
-        m.name.as_deref().unwrap_or_default()
-    )
-}
-
-fn has_selector(s: &Service) -> bool {
-    s.spec
-        .as_ref()
-        .and_then(|sp| sp.selector.as_ref())
-        .is_some()
-}
-
-/// Keys a Service change queues (§5.1): a selectorless Service added or deleted, or
-/// a selector appearing or disappearing.
-pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
-    let queue = match change {
-        Change::Added(s) | Change::Deleted(s) => !has_selector(s),
-        Change::Updated { old, new } => has_selector(old) != has_selector(new),
-    };
-    queue.then(|| key_of(&change.latest().metadata))
-}
-
-/// Keys an Endpoints change queues (§5.1): a mirrorable object added or deleted, an
-/// update where the old or the new version is mirrorable.
-pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
-    let mirrorable = |e: &Endpoints| should_mirror(e).is_ok();
-    let queue = match change {
-        Change::Added(e) | Change::Deleted(e) => mirrorable(e),
-        Change::Updated { old, new } => mirrorable(old) || mirrorable(new),
-    };
-    queue.then(|| key_of(&change.latest().metadata))
-}
-
-/// Keys a slice change queues: the tracker rules of §2.1, applied to mirrored slices.
-pub fn keys_for_slice(change: &Change<EndpointSlice>, tracker: &mut SliceTracker) -> Vec<String> {
-    match change {
-        Change::Added(s) => triggers::services_for_slice_add(s, tracker, CONTROLLER_NAME),
-        Change::Updated { old, new } => {
-            triggers::services_for_slice_update(old, new, tracker, CONTROLLER_NAME)
-        }
-        Change::Deleted(s) => triggers::services_for_slice_delete(s, tracker, CONTROLLER_NAME),
-    }
-}
-
 /// The controller.
 #[derive(Debug)]
-pub struct MirroringController {
+pub(crate) struct MirroringController {
     parts: Parts,
     config: Config,
     state: Mutex<State>,
 }
 
 impl MirroringController {
-    pub fn new(parts: Parts, config: Config) -> Self {
+    pub(crate) fn new(parts: Parts, config: Config) -> Self {
         Self {
             parts,
             config,
@@ -115,31 +67,8 @@ impl MirroringController {
         }
     }
 
-    pub fn queue(&self) -> &Arc<WorkQueue<String>> {
-        &self.parts.queue
-    }
-
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
-    }
-
-    pub fn on_service(&self, change: &Change<Service>) {
-        if let Some(key) = keys_for_service(change) {
-            self.parts.queue.add(key);
-        }
-    }
-
-    pub fn on_endpoints(&self, change: &Change<Endpoints>) {
-        if let Some(key) = keys_for_endpoints(change) {
-            self.parts.queue.add(key);
-        }
-    }
-
-    pub fn on_slice(&self, change: &Change<EndpointSlice>) {
-        let keys = keys_for_slice(change, &mut self.state().tracker);
-        for key in keys {
-            self.parts.queue.add_after(key, self.config.batch_period);
-        }
     }
 
     fn record_figures(&self, key: &str, stats: &MirrorStats, slices: usize, forget: bool) {
@@ -237,49 +166,18 @@ impl MirroringController {
             .iter()
             .filter(|s| is_mirrored_slice_of(s, namespace, name))
             .count();
-        let mut result = Ok(());
-        for write in plan.writes() {
-            let outcome = match write {
-                SliceWrite::Create(slice) => {
-                    match self.parts.writer.create(RESOURCE, namespace, &slice).await {
-                        Ok(stored) => {
-                            self.state().tracker.record_written(key, &stored);
-                            self.count_change("create");
-                            Ok(())
-                        }
-                        Err(e) if e.kind == WriteErrorKind::NamespaceTerminating => {
-                            debug!(key, "namespace terminating; creates skipped");
-                            break;
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                SliceWrite::Update(slice) => self
-                    .parts
-                    .writer
-                    .replace(RESOURCE, namespace, &slice)
-                    .await
-                    .map(|stored| {
-                        self.state().tracker.record_written(key, &stored);
-                        self.count_change("update");
-                    }),
-                SliceWrite::Delete(r) => self
-                    .parts
-                    .writer
-                    .delete::<EndpointSlice>(RESOURCE, &r.namespace, &r.name, r.uid.as_deref())
-                    .await
-                    .map(|()| {
-                        if let Some(uid) = &r.uid {
-                            self.state().tracker.record_deleted(key, uid);
-                        }
-                        self.count_change("delete");
-                    }),
-            };
-            if let Err(e) = outcome {
-                result = Err(SyncError::Write(e));
-                break;
-            }
-        }
+        let writes = SliceWrites {
+            creates: &plan.creates,
+            updates: &plan.updates,
+            deletes: &plan.deletes,
+        };
+        let result = write_slices(&self.parts.writer, namespace, writes, |w| {
+            w.record(&mut self.state().tracker, key);
+            self.count_change(w.operation());
+        })
+        .await
+        .map(|_| ())
+        .map_err(SyncError::Write);
         let after = (slices_before + plan.creates.len()).saturating_sub(plan.deletes.len());
         let nothing_left = plan.not_mirrored.is_some() && result.is_ok();
         self.record_figures(key, &plan.stats, after, nothing_left);
@@ -289,112 +187,45 @@ impl MirroringController {
     }
 }
 
+impl Controller for MirroringController {
+    fn on_service(&self, change: &Change<Service>) {
+        if let Some(key) = keys_for_service(change) {
+            self.parts.queue.add(key);
+        }
+    }
+
+    fn on_endpoints(&self, change: &Change<Endpoints>) {
+        if let Some(key) = keys_for_endpoints(change) {
+            self.parts.queue.add(key);
+        }
+    }
+
+    fn on_slice(&self, change: &Change<EndpointSlice>) {
+        let keys = keys_for_slice(change, &mut self.state().tracker);
+        for key in keys {
+            self.parts.queue.add_after(key, self.config.batch_period);
+        }
+    }
+
+    fn start(self: Arc<Self>, _stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+        spawn_workers(
+            &self,
+            &self.parts.queue,
+            &self.parts.metrics,
+            self.config.workers,
+        )
+    }
+
+    fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
+        Some(&self.parts.queue)
+    }
+}
+
 impl Syncer for MirroringController {
     const QUEUE: &'static str = "endpoint_slice_mirroring";
 
     async fn sync(&self, key: &str) -> Result<(), SyncError> {
         self.sync_key(key).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::fixtures::{as_stored, endpoints, svc};
-    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR};
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn rule_5_1_service_events_queue_selectorless_services_and_selector_flips() {
-        let with = Arc::new(svc("a").build());
-        let without = Arc::new(svc("a").no_selector().build());
-        assert_eq!(
-            keys_for_service(&Change::Added(without.clone())).as_deref(),
-            Some("default/a")
-        );
-        assert_eq!(keys_for_service(&Change::Added(with.clone())), None);
-        assert_eq!(
-            keys_for_service(&Change::Deleted(without.clone())).as_deref(),
-            Some("default/a")
-        );
-        assert_eq!(
-            keys_for_service(&Change::Updated {
-                old: with.clone(),
-                new: without.clone()
-            })
-            .as_deref(),
-            Some("default/a")
-        );
-        assert_eq!(
-            keys_for_service(&Change::Updated {
-                old: with.clone(),
-                new: with
-            }),
-            None
-        );
-    }
-
-    #[test]
-    fn rule_5_1_endpoints_events_queue_mirrorable_objects() {
-        let plain = Arc::new(endpoints("e").build());
-        let mut skip = endpoints("e").build();
-        skip.metadata.labels = Some(BTreeMap::from([(
-            LABEL_SKIP_MIRROR.to_owned(),
-            "true".to_owned(),
-        )]));
-        let skip = Arc::new(skip);
-        assert_eq!(
-            keys_for_endpoints(&Change::Added(plain.clone())).as_deref(),
-            Some("default/e")
-        );
-        assert_eq!(keys_for_endpoints(&Change::Added(skip.clone())), None);
-        // Becoming skip-mirror must still queue, so the mirrored slices go away.
-        assert_eq!(
-            keys_for_endpoints(&Change::Updated {
-                old: plain,
-                new: skip.clone()
-            })
-            .as_deref(),
-            Some("default/e")
-        );
-        assert_eq!(keys_for_endpoints(&Change::Deleted(skip)), None);
-    }
-
-    fn mirrored(svc_name: &str) -> Arc<EndpointSlice> {
-        let mut s = EndpointSlice::default();
-        s.metadata.namespace = Some("default".into());
-        s.metadata.labels = Some(BTreeMap::from([
-            (LABEL_SERVICE_NAME.to_owned(), svc_name.to_owned()),
-            (LABEL_MANAGED_BY.to_owned(), CONTROLLER_NAME.to_owned()),
-        ]));
-        Arc::new(as_stored(s, "m1"))
-    }
-
-    #[test]
-    fn rule_5_1_mirrored_slice_events_follow_the_tracker() {
-        let mut t = SliceTracker::default();
-        let s = mirrored("e");
-        assert_eq!(
-            keys_for_slice(&Change::Added(s.clone()), &mut t),
-            ["default/e"]
-        );
-        t.record_written("default/e", &s);
-        assert!(keys_for_slice(&Change::Added(s.clone()), &mut t).is_empty());
-        assert!(
-            keys_for_slice(
-                &Change::Updated {
-                    old: s.clone(),
-                    new: s.clone()
-                },
-                &mut t
-            )
-            .is_empty()
-        );
-        // Our own delete is expected once; a foreign delete re-queues.
-        t.record_deleted("default/e", "uid-slice-m1");
-        assert!(keys_for_slice(&Change::Deleted(s.clone()), &mut t).is_empty());
-        t.record_written("default/e", &s);
-        assert_eq!(keys_for_slice(&Change::Deleted(s), &mut t), ["default/e"]);
     }
 }
 
@@ -462,6 +293,7 @@ mod remirror_tests {
                 metrics,
             },
             Config {
+                workers: 1,
                 max_endpoints_per_subset: 1000,
                 batch_period: Duration::ZERO,
             },

@@ -3,18 +3,28 @@
 //!
 //! - [`endpointslice`], [`endpoints`], [`mirroring`]: kube-controller-manager's three
 //!   endpoint controllers (endpoints-spec §2, §4, §5);
-//! - [`allocator_repair`]: periodic ClusterIP/NodePort findings and claim repair;
-//! - [`dispatch`]: which keys a watch event queues, for every controller;
-//! - this module: the worker loop and the sync error shared by all of them.
+//! - [`allocator_repair`]: periodic ClusterIP/NodePort findings;
+//! - [`dispatch`]: one consumer per watched resource that hands its changes to every
+//!   controller (Pod changes are mapped to Service keys once, for all of them);
+//! - [`slice_writes`]: carrying EndpointSlice writes out;
+//! - this module: the [`Controller`] trait the runtime drives, what building one
+//!   takes ([`Build`]), the worker loop and the sync error shared by all of them.
 
-pub mod allocator_repair;
-pub mod dispatch;
-pub mod endpoints;
-pub mod endpointslice;
-pub mod mirroring;
+pub(crate) mod allocator_repair;
+pub(crate) mod dispatch;
+pub(crate) mod endpoints;
+pub(crate) mod endpointslice;
+pub(crate) mod mirroring;
+pub(crate) mod slice_writes;
 
 use std::future::Future;
 use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span, warn};
@@ -23,15 +33,17 @@ use super::apply::{WriteError, Writer};
 use super::cache::Cache;
 use super::events::EventRecorder;
 use super::metrics::{Metrics, QueueLabels};
-use super::queue::WorkQueue;
+use super::queue::{RateLimit, WorkQueue};
+use super::runtime::ControllerOptions;
+use super::watch::Change;
 
 /// Failed syncs are retried this many times, then dropped until the next event
 /// (client-go controllers' `maxRetries`).
-pub const MAX_RETRIES: u32 = 15;
+pub(crate) const MAX_RETRIES: u32 = 15;
 
 /// Why a sync failed; the key is retried with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum SyncError {
+pub(crate) enum SyncError {
     /// Our cache has not caught up with our own last write (endpoints-spec §2.10,
     /// §4.7); acting on it could duplicate or undo that write.
     #[error("{0} informer cache is out of date")]
@@ -47,7 +59,7 @@ pub enum SyncError {
 
 impl SyncError {
     /// A short, stable label for metrics.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             SyncError::Stale(_) => "stale",
             SyncError::Write(w) => w.kind.label(),
@@ -57,20 +69,24 @@ impl SyncError {
 }
 
 /// One controller's sync of one key.
-pub trait Syncer: Send + Sync + 'static {
+pub(crate) trait Syncer: Send + Sync + 'static {
     /// Queue name (`workqueue_*{name=...}`) and log field.
     const QUEUE: &'static str;
     fn sync(&self, key: &str) -> impl Future<Output = Result<(), SyncError>> + Send;
 }
 
 /// `namespace/name` split at the first `/`.
-pub fn split_key(key: &str) -> (&str, &str) {
+pub(crate) fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
 }
 
 /// Runs one worker until the queue shuts down: take a key, sync it, forget it on
 /// success, retry it with backoff on failure (at most [`MAX_RETRIES`] times).
-pub async fn worker<S: Syncer>(syncer: Arc<S>, queue: Arc<WorkQueue<String>>, metrics: Metrics) {
+pub(crate) async fn worker<S: Syncer>(
+    syncer: Arc<S>,
+    queue: Arc<WorkQueue<String>>,
+    metrics: Metrics,
+) {
     let labels = QueueLabels { name: S::QUEUE };
     while let Some(key) = queue.next().await {
         let start = Instant::now();
@@ -113,10 +129,70 @@ pub async fn worker<S: Syncer>(syncer: Arc<S>, queue: Arc<WorkQueue<String>>, me
     }
 }
 
+/// A controller as the runtime drives it: change handlers that queue keys (each
+/// controller implements those of the resources its descriptor reads), and a start
+/// once every cache it reads has listed.
+pub(crate) trait Controller: Send + Sync + std::fmt::Debug + 'static {
+    fn on_service(&self, _change: &Change<Service>) {}
+    /// The Service keys a Pod change affects (mapped once for every controller).
+    fn on_pod_keys(&self, _keys: &[String]) {}
+    fn on_node(&self, _change: &Change<Node>) {}
+    fn on_slice(&self, _change: &Change<EndpointSlice>) {}
+    fn on_endpoints(&self, _change: &Change<Endpoints>) {}
+    /// Queue start-up keys and spawn the workers and loops; called once, after every
+    /// cache the controller reads has completed its first list.
+    fn start(self: Arc<Self>, stop: &CancellationToken) -> Vec<JoinHandle<()>>;
+    /// The work queue, if the controller has one (idle checks).
+    fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
+        None
+    }
+}
+
+/// Everything building a controller takes.
+pub(crate) struct Build<'a> {
+    pub(crate) cache: &'a Arc<Cache>,
+    /// The controller's own API client (its own QPS budget, as in
+    /// kube-controller-manager).
+    pub(crate) client: Client,
+    pub(crate) events: &'a EventRecorder,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) options: &'a ControllerOptions,
+    pub(crate) stop: &'a CancellationToken,
+}
+
+impl Build<'_> {
+    /// A queued controller's parts: a queue named `queue` (`workqueue_*{name}`) with
+    /// upstream's `limit`, and a writer on the controller's client.
+    pub(crate) fn parts(&self, limit: RateLimit, queue: &'static str) -> Parts {
+        Parts {
+            cache: self.cache.clone(),
+            queue: Arc::new(
+                WorkQueue::new(limit, self.stop.clone())
+                    .with_gauges(queue_gauges(self.metrics, queue)),
+            ),
+            writer: Writer::new(self.client.clone(), self.metrics.clone()),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// Spawns `n` (at least one) workers draining `syncer`'s queue.
+pub(crate) fn spawn_workers<S: Syncer>(
+    syncer: &Arc<S>,
+    queue: &Arc<WorkQueue<String>>,
+    metrics: &Metrics,
+    n: usize,
+) -> Vec<JoinHandle<()>> {
+    (0..n.max(1))
+        .map(|_| tokio::spawn(worker(syncer.clone(), queue.clone(), metrics.clone())))
+        .collect()
+}
+
 /// What every controller holds: the cache it reads, its queue, and its ways out
 /// (API writes, events, metrics).
 #[derive(Debug, Clone)]
-pub struct Parts {
+pub(crate) struct Parts {
     pub cache: Arc<Cache>,
     pub queue: Arc<WorkQueue<String>>,
     pub writer: Writer,
@@ -126,12 +202,12 @@ pub struct Parts {
 
 /// Locks a controller's state. It is only touched between awaits, never across one,
 /// and a poisoned lock still holds complete entries (every update is one map write).
-pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The metrics a controller's queue reports into.
-pub fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queue::QueueGauges {
+pub(crate) fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queue::QueueGauges {
     let labels = QueueLabels { name };
     super::queue::QueueGauges {
         depth: metrics.queue().depth.get_or_create(&labels).clone(),
@@ -157,7 +233,7 @@ pub(crate) mod test_support {
     use crate::shell::metrics::Metrics;
     use crate::shell::queue::{RateLimit, WorkQueue};
 
-    pub fn offline_client() -> kube::Client {
+    pub(crate) fn offline_client() -> kube::Client {
         let svc = tower::service_fn(|_req: Request<Body>| async {
             Err::<Response<Body>, std::io::Error>(std::io::Error::other(
                 "no API server in unit tests",
@@ -167,7 +243,7 @@ pub(crate) mod test_support {
     }
 
     /// A controller's parts over an offline client, with a queue using `limit`.
-    pub fn parts(limit: RateLimit) -> Parts {
+    pub(crate) fn parts(limit: RateLimit) -> Parts {
         let client = offline_client();
         let metrics = Metrics::new();
         let stop = CancellationToken::new();
@@ -183,7 +259,7 @@ pub(crate) mod test_support {
     }
 
     /// Writes attempted so far, any verb, any resource.
-    pub fn write_attempts(m: &Metrics) -> u64 {
+    pub(crate) fn write_attempts(m: &Metrics) -> u64 {
         ["create", "update", "delete"]
             .iter()
             .flat_map(|v| ["endpointslices", "endpoints"].map(|r| m.api_writes(v, r)))

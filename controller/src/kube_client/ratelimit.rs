@@ -11,13 +11,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
-/// Float rounding slack when refilling tokens (see `RateLimited::try_take`).
-const TOKEN_EPSILON: f64 = 1e-9;
+use crate::token_bucket::TokenBucket;
 
 /// Limits requests to `qps` per second on average with bursts of `burst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,10 +46,7 @@ impl<S> Layer<S> for RateLimitLayer {
 #[derive(Debug)]
 pub struct RateLimited<S> {
     inner: S,
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Option<Instant>,
+    bucket: TokenBucket,
     /// A token taken in `poll_ready` for the next `call`.
     holding: bool,
     sleep: Option<Pin<Box<Sleep>>>,
@@ -59,36 +54,11 @@ pub struct RateLimited<S> {
 
 impl<S> RateLimited<S> {
     pub fn new(inner: S, qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
         Self {
             inner,
-            qps,
-            burst,
-            tokens: burst,
-            last: None,
+            bucket: TokenBucket::new(qps, burst),
             holding: false,
             sleep: None,
-        }
-    }
-
-    /// Takes a token if one is there; otherwise how long until one is.
-    fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        if let Some(last) = self.last {
-            let refill = now.saturating_duration_since(last).as_secs_f64() * self.qps;
-            self.tokens = (self.tokens + refill).min(self.burst);
-        }
-        self.last = Some(now);
-        // Waiting exactly the time a token takes can refill to 0.9999999999999999
-        // (float rounding), whose remaining wait rounds to 0 ns: on a paused clock
-        // time never moves while `poll_ready` retries, so it would spin forever. A
-        // token short by less than `TOKEN_EPSILON` counts as whole, and a wait is at
-        // least a millisecond.
-        if self.tokens >= 1.0 - TOKEN_EPSILON {
-            self.tokens = (self.tokens - 1.0).max(0.0);
-            Ok(())
-        } else {
-            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.qps);
-            Err(wait.max(Duration::from_millis(1)))
         }
     }
 }
@@ -102,7 +72,7 @@ where
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if self.qps > 0.0 {
+        if self.bucket.is_limited() {
             while !self.holding {
                 if let Some(sleep) = self.sleep.as_mut() {
                     if sleep.as_mut().poll(cx).is_pending() {
@@ -110,7 +80,7 @@ where
                     }
                     self.sleep = None;
                 }
-                match self.try_take(Instant::now()) {
+                match self.bucket.take(Instant::now()) {
                     Ok(()) => self.holding = true,
                     Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
                 }
@@ -162,20 +132,6 @@ mod tests {
         // 20 more at 20 qps take one second.
         let last = times[49].as_secs_f64();
         assert!((0.95..=1.05).contains(&last), "last request at {last}s");
-    }
-
-    /// Refilling for exactly the wait a fractional token needs can fall short of a
-    /// whole token by rounding; the limiter must take it rather than ask for a 0 ns
-    /// wait, which a paused clock never satisfies (`poll_ready` spun forever).
-    #[tokio::test(start_paused = true)]
-    async fn a_refill_short_by_rounding_still_yields_the_token() {
-        let mut svc = RateLimited::new(Echo, 20.0, 30);
-        let now = Instant::now();
-        svc.tokens = 0.00008;
-        svc.last = Some(now);
-        let wait = Duration::from_secs_f64((1.0 - svc.tokens) / svc.qps);
-        assert_eq!(svc.try_take(now + wait), Ok(()));
-        assert!(svc.tokens >= 0.0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,8 @@
-//! Process plumbing shared by the long-running subcommands: the API client, signal
-//! handling and the allocator's random seed.
+//! Process plumbing shared by the long-running subcommands: the API client (with
+//! its client-side rate limit, [`ratelimit`]), signal handling and the allocator's
+//! random seed.
+
+pub mod ratelimit;
 
 use std::path::Path;
 
@@ -31,23 +34,12 @@ impl std::fmt::Debug for Clients {
 pub mod users {
     /// Watches and lists of the controllers' caches.
     pub const INFORMERS: &str = "informers";
-    pub const ENDPOINTSLICE: &str = "endpointslice-controller";
-    pub const ENDPOINTS: &str = "endpoint-controller";
-    pub const MIRRORING: &str = "endpointslice-mirroring-controller";
     /// The event recorder (events of every controller and the allocator repair).
     pub const EVENTS: &str = "events";
     pub const LEADER_ELECTION: &str = "leader-election";
     /// The admission webhook's watches and claims.
     pub const WEBHOOK: &str = "webhook";
-    pub const ALL: &[&str] = &[
-        INFORMERS,
-        ENDPOINTSLICE,
-        ENDPOINTS,
-        MIRRORING,
-        EVENTS,
-        LEADER_ELECTION,
-        WEBHOOK,
-    ];
+    // Each controller's user is named in its registry entry (`shell::registry`).
 }
 
 impl Clients {
@@ -72,8 +64,8 @@ impl From<Client> for Clients {
     }
 }
 
-/// As [`connect`], one client per user of [`users::ALL`], each limited to `qps`
-/// requests per second on average with bursts of `burst` (`--kube-api-qps`,
+/// As [`connect`], one client per user (made when the user first asks), each limited
+/// to `qps` requests per second on average with bursts of `burst` (`--kube-api-qps`,
 /// `--kube-api-burst`).
 pub async fn connect_limited(
     kubeconfig: Option<&Path>,
@@ -81,21 +73,22 @@ pub async fn connect_limited(
     burst: u32,
 ) -> anyhow::Result<Clients> {
     let config = load_config(kubeconfig).await?;
-    let mut made = std::collections::HashMap::new();
-    for user in users::ALL {
-        let builder = kube::client::ClientBuilder::try_from(config.clone())
-            .context("building the API client")?;
-        let client = builder
-            .with_layer(&crate::shell::ratelimit::RateLimitLayer::new(qps, burst))
-            .build();
-        made.insert(*user, client);
-    }
-    let fallback = made
-        .get(users::INFORMERS)
-        .cloned()
-        .context("no informer client was built")?;
+    let limited = move |config: Config| -> anyhow::Result<Client> {
+        Ok(kube::client::ClientBuilder::try_from(config)
+            .context("building the API client")?
+            .with_layer(&ratelimit::RateLimitLayer::new(qps, burst))
+            .build())
+    };
+    // Building from this configuration works once, so it works for every user.
+    let fallback = limited(config.clone())?;
+    let made = std::sync::Mutex::new(std::collections::HashMap::new());
     Ok(Clients::per_user(move |user| {
-        made.get(user).cloned().unwrap_or_else(|| fallback.clone())
+        let mut made = made
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        made.entry(user)
+            .or_insert_with(|| limited(config.clone()).unwrap_or_else(|_| fallback.clone()))
+            .clone()
     }))
 }
 

@@ -1,0 +1,153 @@
+//! The controllers `svcplane run` can run, as one table.
+//!
+//! kube-controller-manager keeps its controllers in a table of descriptors (name,
+//! aliases, constructor); svcplane does the same, and derives everything else from it:
+//! the names `--controllers` accepts, which resources are watched (the union of what the
+//! enabled controllers read), when the workers start (once each of those caches has
+//! listed), and which API client each controller writes with. Adding a controller is a
+//! core module, one shell file implementing [`Controller`], one entry here and its
+//! flags.
+
+use std::sync::Arc;
+
+use super::cache::Resource;
+use super::controllers::allocator_repair::AllocatorRepair;
+use super::controllers::endpoints::EndpointsController;
+use super::controllers::endpointslice::EndpointSliceController;
+use super::controllers::mirroring::MirroringController;
+use super::controllers::{Build, Controller, Syncer};
+use super::queue::RateLimit;
+
+/// One controller `svcplane run` can run.
+#[derive(Debug)]
+pub(crate) struct Descriptor {
+    /// The name `--controllers` uses.
+    pub(crate) name: &'static str,
+    /// Other names accepted for it (kube-controller-manager's).
+    pub(crate) aliases: &'static [&'static str],
+    /// The resources it reads: watched while it runs, and listed before it starts.
+    pub(crate) reads: &'static [Resource],
+    /// Its API client user (its own request budget, as in kube-controller-manager).
+    pub(crate) client_user: &'static str,
+    /// Builds it.
+    pub(crate) build: fn(&Build<'_>) -> Arc<dyn Controller>,
+}
+
+impl Descriptor {
+    /// Whether `name` names this controller.
+    pub(crate) fn is_named(&self, name: &str) -> bool {
+        self.name == name || self.aliases.contains(&name)
+    }
+}
+
+/// Every controller, in start order.
+pub(crate) const CONTROLLERS: &[Descriptor] = &[
+    Descriptor {
+        name: "endpointslice",
+        aliases: &["endpointslice-controller"],
+        reads: &[
+            Resource::Services,
+            Resource::Pods,
+            Resource::Nodes,
+            Resource::EndpointSlices,
+        ],
+        client_user: "endpointslice-controller",
+        build: |b| {
+            Arc::new(EndpointSliceController::new(
+                b.parts(RateLimit::ENDPOINT_SLICE, EndpointSliceController::QUEUE),
+                b.options.endpoint_slice,
+            ))
+        },
+    },
+    Descriptor {
+        name: "endpoints",
+        aliases: &["endpoint", "endpoints-controller"],
+        reads: &[Resource::Services, Resource::Pods, Resource::Endpoints],
+        client_user: "endpoint-controller",
+        build: |b| {
+            Arc::new(EndpointsController::new(
+                b.parts(RateLimit::ENDPOINTS, EndpointsController::QUEUE),
+                b.options.endpoints,
+            ))
+        },
+    },
+    Descriptor {
+        name: "endpointslicemirroring",
+        aliases: &["endpointslice-mirroring-controller"],
+        reads: &[
+            Resource::Services,
+            Resource::EndpointSlices,
+            Resource::Endpoints,
+        ],
+        client_user: "endpointslice-mirroring-controller",
+        build: |b| {
+            Arc::new(MirroringController::new(
+                b.parts(RateLimit::MIRRORING, MirroringController::QUEUE),
+                b.options.mirroring,
+            ))
+        },
+    },
+    Descriptor {
+        name: "allocator-repair",
+        aliases: &[],
+        reads: &[Resource::Services],
+        client_user: "allocator-repair",
+        build: |b| {
+            Arc::new(AllocatorRepair::new(
+                b.cache.clone(),
+                b.events.clone(),
+                b.options.allocator_repair.clone(),
+            ))
+        },
+    },
+];
+
+/// The canonical name of the controller `name` or an alias names.
+pub(crate) fn canonical(name: &str) -> Option<&'static str> {
+    CONTROLLERS
+        .iter()
+        .find(|d| d.is_named(name))
+        .map(|d| d.name)
+}
+
+/// The canonical names, in table order.
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    CONTROLLERS.iter().map(|d| d.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_aliases_are_unique() {
+        let mut all: Vec<&str> = CONTROLLERS
+            .iter()
+            .flat_map(|d| std::iter::once(d.name).chain(d.aliases.iter().copied()))
+            .collect();
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn kube_controller_managers_names_resolve() {
+        assert_eq!(canonical("endpoint"), Some("endpoints"));
+        assert_eq!(canonical("endpoints-controller"), Some("endpoints"));
+        assert_eq!(canonical("endpointslice-controller"), Some("endpointslice"));
+        assert_eq!(
+            canonical("endpointslice-mirroring-controller"),
+            Some("endpointslicemirroring")
+        );
+        assert_eq!(canonical("nope"), None);
+    }
+
+    #[test]
+    fn every_controller_reads_services() {
+        // The dispatcher maps Pod changes through the Service store.
+        for d in CONTROLLERS {
+            assert!(d.reads.contains(&Resource::Services), "{}", d.name);
+        }
+    }
+}
