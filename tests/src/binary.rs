@@ -172,6 +172,95 @@ pub async fn lease_holder(client: &kube::Client, ns: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// One `svcplane run` (controllers only: no webhook, no leader election) per test
+/// binary and cluster, shared by the tests of that binary. It is started under a small
+/// shell that kills it when the test binary exits (the shell waits for its stdin, a
+/// pipe only the test binary holds), so no controller outlives the tests.
+#[derive(Debug)]
+pub struct SharedRun {
+    /// The admin address (`/metrics`, `/readyz`).
+    pub admin: SocketAddr,
+    _tie: std::sync::Mutex<(std::process::ChildStdin, Child)>,
+}
+
+impl SharedRun {
+    /// Starts `svcplane run` against `kubeconfig` with `extra` flags and waits until it
+    /// is ready.
+    pub fn start(bin: &Path, kubeconfig: &Path, extra: &[&str]) -> Self {
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .unwrap_or_else(|e| panic!("admin address: {e}"));
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#""$0" "$@" </dev/null & child=$!; cat >/dev/null; kill $child; wait $child"#)
+            .arg(bin)
+            .args([
+                "run",
+                "--webhook=false",
+                "--leader-elect=false",
+                &format!("--kubeconfig={}", kubeconfig.display()),
+                &format!("--metrics-bind-address={admin}"),
+            ])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("SVCPLANE_E2E_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let stdin = child
+            .stdin
+            .take()
+            .unwrap_or_else(|| panic!("no stdin pipe to the svcplane run wrapper"));
+        let start = Instant::now();
+        while !matches!(http_get(admin, "/readyz"), Ok((200, _))) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "svcplane run never became ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            admin,
+            _tie: std::sync::Mutex::new((stdin, child)),
+        }
+    }
+
+    /// The value of the sample `series` on `/metrics` (0 when absent).
+    pub fn metric(&self, series: &str) -> f64 {
+        let Ok((_, body)) = http_get(self.admin, "/metrics") else {
+            return 0.0;
+        };
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// Writes the controllers made so far: (EndpointSlice creates, updates, deletes,
+    /// Endpoints writes).
+    pub fn writes(&self) -> (u64, u64, u64, u64) {
+        let n = |verb: &str, resource: &str| {
+            self.metric(&format!(
+                "svcplane_api_writes_total{{verb=\"{verb}\",resource=\"{resource}\"}}"
+            )) as u64
+        };
+        (
+            n("create", "endpointslices"),
+            n("update", "endpointslices"),
+            n("delete", "endpointslices"),
+            n("create", "endpoints") + n("update", "endpoints") + n("delete", "endpoints"),
+        )
+    }
+}
+
 /// A minimal HTTP/1.0 GET (the admin server is plain HTTP on loopback).
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;

@@ -16,11 +16,10 @@
 //! - [`envtest`]: the `tests/envtest` harness (etcd + kube-apiserver, and
 //!   upstream kube-controller-manager for the differential suite), or an
 //!   external cluster via `SVCPLANE_E2E_KUBECONFIG`;
-//! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status);
-//! - [`applier`]: running svcplane's pure reconciler against the API server;
+//! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status),
+//!   reading back a Service's slices and Endpoints;
 //! - [`normalize`]: comparing stored EndpointSlices across clusters.
 
-pub mod applier;
 pub mod binary;
 pub mod envtest;
 pub mod fake_api;

@@ -9,10 +9,12 @@
 
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
 
 /// Image used for containers that have none (never pulled: there is no kubelet).
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
@@ -134,4 +136,33 @@ pub async fn create_pods(client: &Client, namespace: &str, pods: &[Pod]) -> anyh
         .try_collect::<Vec<()>>()
         .await
         .map(|_| ())
+}
+
+/// The EndpointSlices stored for Service `name` (by the service-name label,
+/// so mirrored slices too).
+pub async fn list_slices(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Vec<EndpointSlice>> {
+    let api = Api::<EndpointSlice>::namespaced(client.clone(), namespace);
+    let mut items = api
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={name}")))
+        .await
+        .with_context(|| format!("listing endpointslices of {name}"))?
+        .items;
+    items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(items)
+}
+
+/// The Endpoints object `name`, if stored.
+pub async fn get_endpoints(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<Endpoints>> {
+    Api::<Endpoints>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("getting endpoints {name}"))
 }

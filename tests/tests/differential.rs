@@ -1,9 +1,10 @@
 //! Differential suite: the same scenario on two harness instances, one where
-//! upstream kube-controller-manager's endpointslice controller writes the
-//! slices, one where svcplane's reconciler does (through the test applier).
-//! After both converge, the stored EndpointSlices must be the same once names,
-//! uids, resourceVersions, timestamps and endpoint order are normalised away
-//! (see `svcplane_tests::normalize`).
+//! upstream kube-controller-manager's endpointslice, endpoint and
+//! endpointslicemirroring controllers write, one where the shipped `svcplane run`
+//! binary does (one process for the whole suite, controllers only). After every
+//! step, once both have settled, the stored EndpointSlices and Endpoints must be
+//! the same once names, uids, resourceVersions, timestamps and endpoint order are
+//! normalised away (see `svcplane_tests::normalize`).
 //!
 //! Adding a scenario: write an `async fn` with `#[tokio::test]` that builds a
 //! [`Scenario`] from the controller's fixtures (`svc`, `pod`, `node`), adds
@@ -23,18 +24,26 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use svcplane_controller::core::fixtures::{epoch, node, pod, svc};
-use svcplane_tests::applier::{Applier, get_endpoints, list_slices};
+use svcplane_tests::binary::{SharedRun, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::normalize::{normalize, normalize_endpoints};
-use svcplane_tests::objects::{create_node, create_pods, create_service};
+use svcplane_tests::objects::{
+    create_node, create_pods, create_service, get_endpoints, list_slices,
+};
 
 /// A time after the fixtures' epoch, for condition transitions.
 fn later() -> k8s_openapi::jiff::Timestamp {
     epoch() + k8s_openapi::jiff::SignedDuration::from_secs(3600)
 }
 
-/// How long upstream may take to reach svcplane's result.
+/// How long the two may take to agree.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Polls in a row (300 ms apart) both must agree, with svcplane writing nothing.
+const STABLE_POLLS: usize = 5;
+
+/// The suite's one `svcplane run`, on the harness without upstream controllers.
+static OURS: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
 
 struct Scenario {
     name: &'static str,
@@ -125,8 +134,7 @@ async fn populate(client: &Client, ns: &str, s: &Scenario) -> anyhow::Result<()>
             .create(&PostParams::default(), &e)
             .await?;
     }
-    // Services last, so both controllers see a settled world on their first
-    // sync, as the applier does.
+    // Services last, so both controllers see a settled world on their first sync.
     for svc in &s.services {
         create_service(client, ns, svc).await?;
     }
@@ -153,7 +161,9 @@ async fn snapshot(
     Ok(out)
 }
 
-/// Runs svcplane to convergence, then waits for upstream to store the same.
+/// Waits until svcplane and upstream store the same and both have settled (equal,
+/// unchanged and no svcplane write for [`STABLE_POLLS`] polls), or fails showing the
+/// difference.
 async fn compare(
     test: &str,
     stage: &str,
@@ -161,36 +171,37 @@ async fn compare(
     oc: &Client,
     ns: &str,
     names: &[String],
-    applier: &mut Applier,
+    ours: &SharedRun,
 ) -> anyhow::Result<()> {
-    for name in names {
-        applier.converge(name).await?;
-    }
-    let want = snapshot(oc, ns, names).await?;
-    if std::env::var_os("SVCPLANE_DIFF_PRINT").is_some() {
-        eprintln!("{test} ({stage}): {}", serde_json::to_string_pretty(&want)?);
-    }
-    // Upstream converges in its own time: wait until two polls in a row
-    // match svcplane's result, or time out showing the difference.
     let deadline = Instant::now() + CONVERGE_TIMEOUT;
-    let mut matched_once = false;
+    let mut stable = 0;
+    let mut last: Option<(BTreeMap<String, Value>, (u64, u64, u64, u64))> = None;
     loop {
+        let writes = ours.writes();
+        let want = snapshot(oc, ns, names).await?;
         let got = snapshot(uc, ns, names).await?;
-        if got == want {
-            if matched_once {
-                return Ok(());
-            }
-            matched_once = true;
+        let same_as_last = last
+            .as_ref()
+            .is_some_and(|(w, n)| *w == want && *n == writes);
+        stable = if got == want && same_as_last {
+            stable + 1
         } else {
-            matched_once = false;
+            0
+        };
+        if stable >= STABLE_POLLS {
+            if std::env::var_os("SVCPLANE_DIFF_PRINT").is_some() {
+                eprintln!("{test} ({stage}): {}", serde_json::to_string_pretty(&want)?);
+            }
+            return Ok(());
         }
         if Instant::now() > deadline {
             assert_eq!(
                 serde_json::to_string_pretty(&got)?,
                 serde_json::to_string_pretty(&want)?,
-                "{test} ({stage}): upstream kube-controller-manager (left) vs svcplane (right)"
+                "{test} ({stage}): upstream kube-controller-manager (left) vs svcplane run (right)"
             );
         }
+        last = Some((want, writes));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -202,6 +213,10 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
     else {
         return Ok(());
     };
+    let Some(bin) = svcplane_bin_or_skip(&test) else {
+        return Ok(());
+    };
+    let run = OURS.get_or_init(|| SharedRun::start(&bin, &ours.kubeconfig, &[]));
     let (uc, oc) = (upstream.client().await?, ours.client().await?);
     let ns = envtest::create_namespace(&uc, &format!("diff-{}-", s.name.replace('_', "-"))).await?;
     envtest::create_namespace(&oc, &ns).await?;
@@ -214,8 +229,7 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
         .iter()
         .map(|svc| svc.metadata.name.clone().unwrap_or_default())
         .collect();
-    let mut applier = Applier::new(oc.clone(), &ns);
-    compare(&test, "initial", &uc, &oc, &ns, &names, &mut applier).await?;
+    compare(&test, "initial", &uc, &oc, &ns, &names, run).await?;
     for (i, step) in s.steps.iter().enumerate() {
         for change in step {
             let (a, b) = tokio::join!(
@@ -232,7 +246,7 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
             &oc,
             &ns,
             &names,
-            &mut applier,
+            run,
         )
         .await?;
     }

@@ -1,9 +1,11 @@
 //! Basic e2e against a real kube-apiserver (tests/envtest, or an external
-//! cluster via SVCPLANE_E2E_KUBECONFIG): svcplane's EndpointSlice reconciler,
-//! carried out by the test applier, writes objects that pass real API
-//! validation, come back as expected, and are left alone on the next sync.
+//! cluster via SVCPLANE_E2E_KUBECONFIG): the shipped `svcplane run` binary (one
+//! process for this suite, controllers only) writes objects that pass real API
+//! validation, come back as expected, and are left alone afterwards; a change is
+//! exactly one slice update and one Endpoints write (counted on its `/metrics`).
 //! An external cluster must not run kube-controller-manager's endpoint
-//! controllers, or they and the applier both write (the write counts differ).
+//! controllers, or both write (the write counts differ). The tests run one at a
+//! time (`SERIAL`): they read the shared process' write counters.
 
 use std::collections::BTreeMap;
 
@@ -11,11 +13,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use kube::Api;
 use kube::api::DeleteParams;
+use std::time::{Duration, Instant};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
-use svcplane_tests::applier::{Applier, Writes, get_endpoints, list_slices};
+
+use svcplane_tests::binary::{SharedRun, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
-use svcplane_tests::objects::{create_node, create_pods, create_service, node_name};
+use svcplane_tests::objects::{
+    create_node, create_pods, create_service, get_endpoints, list_slices, node_name,
+};
 
 /// (ready, serving, terminating, nodeName, zone, pod name) per address.
 type EndpointView = BTreeMap<String, (bool, bool, bool, String, String, String)>;
@@ -44,11 +50,52 @@ fn view(slice: &EndpointSlice) -> EndpointView {
         .collect()
 }
 
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static RUN: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
+
+/// Waits until `done` holds and `run` has written nothing for two seconds; the
+/// writes made since `before`.
+async fn settled<F, Fut>(
+    run: &SharedRun,
+    before: (u64, u64, u64, u64),
+    mut done: F,
+) -> anyhow::Result<(u64, u64, u64, u64)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = run.writes();
+    let mut quiet_since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = run.writes();
+        if now != last {
+            last = now;
+            quiet_since = Instant::now();
+        }
+        if quiet_since.elapsed() >= Duration::from_secs(2) && done().await? {
+            return Ok((
+                now.0 - before.0,
+                now.1 - before.1,
+                now.2 - before.2,
+                now.3 - before.3,
+            ));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "svcplane run did not settle");
+    }
+}
+
 #[tokio::test]
 async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> {
+    let _one = SERIAL.lock().await;
     let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
         return Ok(());
     };
+    let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
+        return Ok(());
+    };
+    let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
     let client = cluster.client().await?;
     let ns = envtest::create_namespace(&client, "svcplane-e2e-").await?;
     let node_a = node_name(&ns, "node-a");
@@ -82,6 +129,7 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
         ],
     )
     .await?;
+    let before = run.writes();
     let service = create_service(
         &client,
         &ns,
@@ -89,16 +137,16 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
     )
     .await?;
 
-    let mut applier = Applier::new(client.clone(), &ns);
-    let passes = applier.converge("web").await?;
+    let written = settled(run, before, || async {
+        Ok(!list_slices(&client, &ns, "web").await?.is_empty()
+            && get_endpoints(&client, &ns, "web").await?.is_some())
+    })
+    .await?;
     assert_eq!(
-        passes,
-        vec![Writes {
-            creates: 1,
-            endpoints: 1,
-            ..Writes::default()
-        }],
-        "one create, then a no-op sync against the stored (defaulted) slice"
+        written,
+        (1, 0, 0, 1),
+        "one slice create and one Endpoints create, nothing more (the stored, defaulted \
+         objects need no rewrite)"
     );
 
     let stored = list_slices(&client, &ns, "web").await?;
@@ -161,7 +209,9 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
         Some("endpoint-controller")
     );
 
-    // The world changes: web-1 goes away for good, web-2 turns ready.
+    // The world changes, one change at a time; each is exactly one slice update and
+    // one Endpoints update. web-1 goes away for good:
+    let before = run.writes();
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     pods.delete(
         "web-1",
@@ -171,6 +221,14 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
         },
     )
     .await?;
+    let written = settled(run, before, || async {
+        let s = list_slices(&client, &ns, "web").await?;
+        Ok(s.len() == 1 && !view(&s[0]).contains_key("10.0.0.1"))
+    })
+    .await?;
+    assert_eq!(written, (0, 1, 0, 1), "a deleted Pod");
+    // web-5 arrives, ready:
+    let before = run.writes();
     create_pods(
         &client,
         &ns,
@@ -181,15 +239,12 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
             .build()],
     )
     .await?;
-    let passes = applier.converge("web").await?;
-    assert_eq!(
-        passes,
-        vec![Writes {
-            updates: 1,
-            endpoints: 1,
-            ..Writes::default()
-        }]
-    );
+    let written = settled(run, before, || async {
+        let s = list_slices(&client, &ns, "web").await?;
+        Ok(s.len() == 1 && view(&s[0]).contains_key("10.0.0.5"))
+    })
+    .await?;
+    assert_eq!(written, (0, 1, 0, 1), "a new ready Pod");
     let stored = list_slices(&client, &ns, "web").await?;
     assert_eq!(stored.len(), 1);
     let got = view(&stored[0]);
@@ -204,9 +259,14 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
+    let _one = SERIAL.lock().await;
     let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
         return Ok(());
     };
+    let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
+        return Ok(());
+    };
+    let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
     let client = cluster.client().await?;
     let ns = envtest::create_namespace(&client, "svcplane-e2e-").await?;
     create_node(&client, &ns, &node("node-a", Some("zone-a"))).await?;
@@ -231,8 +291,11 @@ async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
             .build(),
     )
     .await?;
-    let mut applier = Applier::new(client.clone(), &ns);
-    applier.converge("big").await?;
+    let before = run.writes();
+    settled(run, before, || async {
+        Ok(list_slices(&client, &ns, "big").await?.len() == 4)
+    })
+    .await?;
     let stored = list_slices(&client, &ns, "big").await?;
     let mut sizes: Vec<(String, usize)> = stored
         .iter()
