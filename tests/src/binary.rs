@@ -244,9 +244,8 @@ impl SharedRun {
             .unwrap_or(0.0)
     }
 
-    /// Writes the controllers made so far: (EndpointSlice creates, updates, deletes,
-    /// Endpoints writes).
-    pub fn writes(&self) -> (u64, u64, u64, u64) {
+    /// Writes the controllers made so far.
+    pub fn writes(&self) -> WriteCounts {
         let n = |verb: &str, resource: &str| {
             self.metric(&format!(
                 "svcplane_api_writes_total{{verb=\"{verb}\",resource=\"{resource}\"}}"
@@ -260,6 +259,9 @@ impl SharedRun {
         )
     }
 }
+
+/// Controller writes: (EndpointSlice creates, updates, deletes, Endpoints writes).
+pub type WriteCounts = (u64, u64, u64, u64);
 
 /// A minimal HTTP/1.0 GET (the admin server is plain HTTP on loopback).
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {

@@ -24,7 +24,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use svcplane_controller::core::fixtures::{epoch, node, pod, svc};
-use svcplane_tests::binary::{SharedRun, svcplane_bin_or_skip};
+use svcplane_tests::binary::{SharedRun, WriteCounts, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::normalize::{normalize, normalize_endpoints};
 use svcplane_tests::objects::{
@@ -175,7 +175,7 @@ async fn compare(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + CONVERGE_TIMEOUT;
     let mut stable = 0;
-    let mut last: Option<(BTreeMap<String, Value>, (u64, u64, u64, u64))> = None;
+    let mut last: Option<(BTreeMap<String, Value>, WriteCounts)> = None;
     loop {
         let writes = ours.writes();
         let want = snapshot(oc, ns, names).await?;

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 
-use svcplane_tests::binary::{SharedRun, svcplane_bin_or_skip};
+use svcplane_tests::binary::{SharedRun, WriteCounts, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::objects::{
     create_node, create_pods, create_service, get_endpoints, list_slices, node_name,
@@ -57,9 +57,9 @@ static RUN: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
 /// writes made since `before`.
 async fn settled<F, Fut>(
     run: &SharedRun,
-    before: (u64, u64, u64, u64),
+    before: WriteCounts,
     mut done: F,
-) -> anyhow::Result<(u64, u64, u64, u64)>
+) -> anyhow::Result<WriteCounts>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<bool>>,
