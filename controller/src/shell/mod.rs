@@ -10,6 +10,7 @@
 //! - [`events`]: events.k8s.io/v1 recording off the sync path;
 //! - [`metrics`], [`admin`]: Prometheus metrics and the `/metrics`, `/livez`,
 //!   `/readyz` server;
+//! - [`options`]: the controllers' settings;
 //! - [`registry`]: the table of controllers `svcplane run` can run;
 //! - [`runtime`]: starting and stopping the controllers as a unit.
 
@@ -19,6 +20,7 @@ pub mod cache;
 pub(crate) mod controllers;
 pub(crate) mod events;
 pub mod metrics;
+pub mod options;
 pub(crate) mod queue;
 pub(crate) mod registry;
 pub mod runtime;

@@ -23,10 +23,7 @@ use tracing::{info, warn};
 use super::cache::watched_pod::WatchedPod;
 use super::cache::{Cache, Resource, strip};
 use super::controllers::dispatch::Dispatch;
-use super::controllers::endpoints as ep;
-use super::controllers::endpointslice as es;
-use super::controllers::mirroring as mirror;
-use super::controllers::{Build, Controller, allocator_repair};
+use super::controllers::{Build, Controller};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
@@ -34,20 +31,7 @@ use super::registry::{CONTROLLERS, Descriptor};
 use super::watch::reflect;
 use crate::kube_client::{Clients, users};
 
-/// Everything the controllers need to know.
-#[derive(Debug, Clone)]
-pub struct ControllerOptions {
-    /// Canonical names of the controllers that run (`--controllers`).
-    pub enabled: BTreeSet<&'static str>,
-    pub endpoint_slice: es::Config,
-    pub endpoints: ep::Config,
-    pub mirroring: mirror::Config,
-    pub allocator_repair: allocator_repair::Config,
-    /// `reportingInstance` of events.
-    pub identity: String,
-    /// Page size of the initial lists (0: no paging).
-    pub list_page_size: u32,
-}
+pub use super::options::ControllerOptions;
 
 /// Spawned tasks that are aborted when the set is dropped, so dropping the runtime (a
 /// crash simulated in tests, or a panic unwinding `run`) never leaves a headless

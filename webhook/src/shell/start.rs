@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::Webhook;
 use super::claimer::KubeClaims;
 use super::repair::{self, RepairConfig};
+pub use super::watch::ServiceSource;
 use super::watch::{self, Readiness, ServiceSink, SharedState};
 use crate::metrics::WebhookMetrics;
 use crate::state::AllocationState;
@@ -31,17 +32,6 @@ pub struct WebhookOptions {
     pub metrics: WebhookMetrics,
     /// Who watches Services.
     pub services: ServiceSource,
-}
-
-/// Who watches Services for the webhook.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ServiceSource {
-    /// The webhook's own watch (`svcplane webhook`).
-    #[default]
-    OwnWatch,
-    /// The embedding process watches Services once for everyone and feeds them in
-    /// through [`Started::service_sink`] (`svcplane run`).
-    External,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.

@@ -232,6 +232,17 @@ pub async fn feed<K>(
     }
 }
 
+/// Who watches Services for the webhook.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServiceSource {
+    /// The webhook's own watch (`svcplane webhook`).
+    #[default]
+    OwnWatch,
+    /// The embedding process watches Services once for everyone and feeds them in
+    /// through `Started::service_sink` (`svcplane run`).
+    External,
+}
+
 /// Services fed in by an embedding process that watches them itself (`svcplane run`
 /// watches Services once for its controllers and the webhook). It applies the same
 /// state updates as the webhook's own watch, and its sync signal drives readiness and
@@ -289,7 +300,7 @@ pub async fn spawn_all(
     client: Client,
     state: SharedState,
     readiness: Arc<Readiness>,
-    services: super::start::ServiceSource,
+    services: ServiceSource,
     cancel: CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(feed(
@@ -298,7 +309,7 @@ pub async fn spawn_all(
         readiness.clone(),
         cancel.clone(),
     ))];
-    if services == super::start::ServiceSource::OwnWatch {
+    if services == ServiceSource::OwnWatch {
         tasks.push(tokio::spawn(feed(
             Api::<Service>::all(client.clone()),
             state.clone(),

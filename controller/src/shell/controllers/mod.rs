@@ -33,8 +33,8 @@ use super::apply::{WriteError, Writer};
 use super::cache::Cache;
 use super::events::EventRecorder;
 use super::metrics::{Metrics, QueueLabels};
+use super::options::ControllerOptions;
 use super::queue::{RateLimit, WorkQueue};
-use super::runtime::ControllerOptions;
 use super::watch::Change;
 
 /// Failed syncs are retried this many times, then dropped until the next event
