@@ -239,6 +239,14 @@ impl FamilyAllocator {
         Ok(())
     }
 
+    /// Remove the range with this CIDR (its ServiceCIDR objects are all gone); the
+    /// addresses it held stay held by any other range containing them.
+    pub fn remove_range(&mut self, cidr: &Cidr) -> bool {
+        let before = self.ranges.len();
+        self.ranges.retain(|r| r.cidr() != cidr);
+        self.ranges.len() != before
+    }
+
     /// Set readiness of the range with this CIDR; `false` if there is none.
     pub fn set_ready(&mut self, cidr: &Cidr, ready: bool) -> bool {
         self.ranges

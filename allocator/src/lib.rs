@@ -21,6 +21,7 @@ pub mod rebuild;
 pub mod repair;
 pub mod rng;
 pub mod service;
+pub mod service_cidrs;
 pub mod view;
 
 pub use error::{

@@ -27,8 +27,11 @@ const PORT_FLAG: &str = "--service-node-port-range";
 /// Cluster IP ranges (one or two families, primary first) and the NodePort range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocatorConfig {
-    /// Service CIDRs; the first one's family is the cluster's primary family.
+    /// Service CIDRs; the first one's family is the cluster's primary family. From the
+    /// flags at most one per family; from ServiceCIDR objects any number.
     pub cluster_ip_ranges: Vec<Cidr>,
+    /// Ranges that hand out nothing (all their ServiceCIDRs terminating or not ready).
+    pub unready: Vec<Cidr>,
     /// NodePort range.
     pub node_port_range: PortRange,
 }
@@ -76,7 +79,35 @@ impl AllocatorConfig {
             })?;
         Ok(Self {
             cluster_ip_ranges: cidrs,
+            unready: Vec::new(),
             node_port_range,
+        })
+    }
+
+    /// This configuration with the ClusterIP ranges the cluster's ServiceCIDR objects
+    /// declare instead of the flags' (the NodePort range stays). `None` when the
+    /// objects declare no usable range.
+    pub fn with_service_cidrs(
+        &self,
+        objects: &[crate::service_cidrs::ServiceCidrView],
+    ) -> Option<Self> {
+        let ranges = crate::service_cidrs::cluster_ranges(objects);
+        let primary = crate::service_cidrs::primary_family(objects, &ranges)?;
+        let mut cidrs: Vec<Cidr> = ranges
+            .iter()
+            .filter(|r| r.cidr.family() == primary)
+            .map(|r| r.cidr)
+            .collect();
+        cidrs.extend(
+            ranges
+                .iter()
+                .filter(|r| r.cidr.family() != primary)
+                .map(|r| r.cidr),
+        );
+        (!cidrs.is_empty()).then(|| Self {
+            cluster_ip_ranges: cidrs,
+            unready: ranges.iter().filter(|r| !r.ready).map(|r| r.cidr).collect(),
+            node_port_range: self.node_port_range,
         })
     }
 
@@ -97,6 +128,11 @@ impl AllocatorConfig {
                     f.add_range(range)?;
                     fams.push(f);
                 }
+            }
+        }
+        for c in &self.unready {
+            if let Some(f) = fams.iter_mut().find(|f| f.family() == c.family()) {
+                f.set_ready(c, false);
             }
         }
         let mut it = fams.into_iter();

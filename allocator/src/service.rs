@@ -16,9 +16,9 @@ use crate::families::{
     ClusterFamilies, drop_type_dependent_fields, init_ip_family_fields,
     is_matching_prefer_dual_stack, normalize_cluster_ips, patch_allocated_values,
 };
-use crate::ip_allocator::FamilyAllocator;
+use crate::ip_allocator::{CidrAllocator, FamilyAllocator};
 use crate::node_port::PortAllocator;
-use crate::range::{IpFamily, parse_ip_sloppy};
+use crate::range::{Cidr, IpFamily, parse_ip_sloppy};
 use crate::rng::Rng;
 use crate::view::{CLUSTER_IP_NONE, SvcView, TYPE_CLUSTER_IP, TYPE_EXTERNAL_NAME};
 
@@ -139,6 +139,67 @@ impl Allocators {
             IpFamily::V4 => self.v4.as_mut(),
             IpFamily::V6 => self.v6.as_mut(),
         }
+    }
+
+    /// Make the ClusterIP ranges exactly `ranges` (the cluster's ServiceCIDRs, see
+    /// [`crate::service_cidrs`]): ranges still declared keep what they hold and take
+    /// the new readiness, new ones start empty, ranges no longer declared go. A family
+    /// left without ranges hands out nothing (the primary family's allocator stays, so
+    /// requests get upstream's errors); `primary` becomes the primary family when it has
+    /// ranges. The caller marks again every value it knows to be held, so a new range
+    /// learns the addresses inside it that are taken. Returns the CIDRs that could not
+    /// be used (an IPv6 prefix shorter than /64, as upstream refuses).
+    pub fn set_ranges(
+        &mut self,
+        ranges: &[crate::service_cidrs::ClusterRange],
+        primary: Option<IpFamily>,
+    ) -> Vec<(Cidr, String)> {
+        let mut refused = Vec::new();
+        for fam in [IpFamily::V4, IpFamily::V6] {
+            let wanted: Vec<&crate::service_cidrs::ClusterRange> =
+                ranges.iter().filter(|r| r.cidr.family() == fam).collect();
+            let slot = match fam {
+                IpFamily::V4 => &mut self.v4,
+                IpFamily::V6 => &mut self.v6,
+            };
+            if wanted.is_empty() && fam != self.primary {
+                *slot = None;
+                continue;
+            }
+            let f = slot.get_or_insert_with(|| FamilyAllocator::new(fam));
+            let gone: Vec<Cidr> = f
+                .ranges()
+                .iter()
+                .map(|r| *r.cidr())
+                .filter(|c| !wanted.iter().any(|w| w.cidr == *c))
+                .collect();
+            for c in gone {
+                f.remove_range(&c);
+            }
+            for w in wanted {
+                if !f.ranges().iter().any(|r| *r.cidr() == w.cidr) {
+                    match CidrAllocator::new(w.cidr) {
+                        Ok(r) => {
+                            if let Err(e) = f.add_range(r) {
+                                refused.push((w.cidr, e));
+                                continue;
+                            }
+                        }
+                        Err(e) => {
+                            refused.push((w.cidr, e.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                f.set_ready(&w.cidr, w.ready);
+            }
+        }
+        if let Some(p) = primary
+            && self.family(p).is_some_and(|f| !f.ranges().is_empty())
+        {
+            self.primary = p;
+        }
+        refused
     }
 
     /// The NodePort allocator.

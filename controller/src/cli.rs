@@ -441,15 +441,16 @@ pub struct PlanArgs {
 #[derive(Debug, Clone, Args)]
 pub struct AllocatorRanges {
     /// Service ClusterIP range(s): one CIDR, or one per family separated by a
-    /// comma (primary family first). Must match kube-apiserver's.
+    /// comma (primary family first). Against an API server with ServiceCIDR
+    /// objects (Kubernetes 1.33+) the ranges come from those and this is only a
+    /// fallback; default 10.96.0.0/12.
     #[arg(
         long,
         value_name = "CIDRS",
-        default_value = svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE,
         value_parser = parse_cluster_ip_ranges,
         env = "SVCPLANE_SERVICE_CLUSTER_IP_RANGE"
     )]
-    pub service_cluster_ip_range: String,
+    pub service_cluster_ip_range: Option<String>,
 
     /// NodePort range, `LOW-HIGH` (inclusive). Must match kube-apiserver's.
     #[arg(
@@ -460,17 +461,59 @@ pub struct AllocatorRanges {
         env = "SVCPLANE_SERVICE_NODE_PORT_RANGE"
     )]
     pub service_node_port_range: String,
+
+    /// Where ClusterIP ranges come from: `cluster` (the ServiceCIDR objects where the
+    /// API server has them, else `--service-cluster-ip-range`) or `flags`
+    /// (`--service-cluster-ip-range` always: an explicit override, e.g. to keep
+    /// svcplane to a part of the cluster's ranges).
+    #[arg(
+        long,
+        value_name = "SOURCE",
+        default_value_t = RangesFrom::Cluster,
+        env = "SVCPLANE_SERVICE_RANGES_FROM"
+    )]
+    pub service_ranges_from: RangesFrom,
+}
+
+/// `--service-ranges-from` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RangesFrom {
+    Cluster,
+    Flags,
+}
+
+impl fmt::Display for RangesFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RangesFrom::Cluster => "cluster",
+            RangesFrom::Flags => "flags",
+        })
+    }
 }
 
 impl AllocatorRanges {
+    /// Whether the cluster's ServiceCIDR objects decide the ClusterIP ranges.
+    pub fn follow_cluster(&self) -> bool {
+        self.service_ranges_from == RangesFrom::Cluster
+    }
+
     /// The allocator configuration (both values were validated while parsing).
     pub fn config(
         &self,
     ) -> Result<svcplane_allocator::AllocatorConfig, svcplane_allocator::ConfigError> {
         svcplane_allocator::AllocatorConfig::from_flags(
-            &self.service_cluster_ip_range,
+            self.service_cluster_ip_range
+                .as_deref()
+                .unwrap_or(svcplane_allocator::DEFAULT_SERVICE_CLUSTER_IP_RANGE),
             &self.service_node_port_range,
         )
+    }
+
+    /// The ClusterIP ranges the operator gave, if any (to tell them apart from the
+    /// cluster's ServiceCIDRs).
+    pub fn explicit_cluster_ip_ranges(&self) -> Option<Vec<svcplane_allocator::Cidr>> {
+        self.service_cluster_ip_range.as_ref()?;
+        self.config().ok().map(|c| c.cluster_ip_ranges)
     }
 }
 
@@ -610,7 +653,16 @@ mod tests {
             w.server.claim_repair_interval,
             std::time::Duration::from_secs(30)
         );
-        assert_eq!(w.ranges.service_cluster_ip_range, "10.96.0.0/12");
+        assert_eq!(
+            w.ranges.service_cluster_ip_range, None,
+            "the cluster's ranges"
+        );
+        assert_eq!(
+            w.ranges.config().unwrap().cluster_ip_ranges[0].to_string(),
+            "10.96.0.0/12",
+            "the fallback"
+        );
+        assert_eq!(w.ranges.explicit_cluster_ip_ranges(), None);
         assert_eq!(w.ranges.service_node_port_range, "30000-32767");
         assert_eq!(w.log_format, LogFormat::Text);
         assert_eq!(w.kubeconfig, None);
@@ -767,7 +819,10 @@ mod tests {
         assert!(p.controllers.contains(&Controller::Allocator));
         assert_eq!(p.max_endpoints_per_slice, 100);
         assert_eq!(p.output, OutputFormat::Yaml);
-        assert_eq!(p.ranges.service_cluster_ip_range, "10.96.0.0/12");
+        assert_eq!(
+            p.ranges.config().unwrap().cluster_ip_ranges[0].to_string(),
+            "10.96.0.0/12"
+        );
         assert_eq!(p.ranges.service_node_port_range, "30000-32767");
     }
 

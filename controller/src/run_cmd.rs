@@ -123,6 +123,7 @@ impl RunOptions {
             },
             allocator_repair: allocator_repair::Config {
                 allocator: allocator.clone(),
+                follow_service_cidrs: args.ranges.follow_cluster(),
                 interval: args.allocator_repair_interval,
                 seed,
             },
@@ -152,8 +153,11 @@ impl RunOptions {
                     },
                     // Replaced by the process' own counters when the webhook starts.
                     metrics: WebhookMetrics::default(),
-                    // The process watches Services once, for the controllers too.
+                    // The process watches Services (and ServiceCIDRs) once, for the
+                    // controllers too.
                     services: ServiceSource::External,
+                    explicit_ranges: args.ranges.explicit_cluster_ip_ranges(),
+                    follow_service_cidrs: args.ranges.follow_cluster(),
                 },
             })
         } else {
@@ -217,7 +221,30 @@ impl RunOptions {
 }
 
 /// The webhook's readiness inputs, set once it has started.
-type WebhookState = Arc<std::sync::OnceLock<(Arc<CertStatus>, Arc<Webhook<KubeClaims>>)>>;
+type WebhookState = Arc<
+    std::sync::OnceLock<(
+        Arc<CertStatus>,
+        Arc<Webhook<KubeClaims>>,
+        Arc<svcplane_webhook::shell::ranges::ServiceCidrSink>,
+    )>,
+>;
+
+/// What `/readyz` says about the Service ranges: those in force, and any disagreement
+/// between the flags and the cluster's ServiceCIDRs.
+pub(crate) fn range_notes(
+    ranges: &svcplane_webhook::shell::ranges::ServiceCidrSink,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let in_force = ranges.ranges();
+    if !in_force.is_empty() {
+        notes.push(format!(
+            "service ranges (ServiceCIDR objects): {}",
+            in_force.join(", ")
+        ));
+    }
+    notes.extend(ranges.notice());
+    notes
+}
 
 /// What a running process exposes to its embedder (tests, the simulator). It holds
 /// the controllers weakly: only `run` owns them, so dropping `run` stops them.
@@ -323,17 +350,17 @@ pub async fn run_with_handle(
                         return Err("API server not reached yet".into());
                     }
                     if !with_webhook {
-                        return Ok(());
+                        return Ok(Vec::new());
                     }
                     match webhook_state.get() {
                         None => Err("webhook not started".into()),
-                        Some((certs, _)) if !certs.is_loaded() => {
+                        Some((certs, _, _)) if !certs.is_loaded() => {
                             Err("webhook: no valid certificate loaded".into())
                         }
-                        Some((_, w)) if !w.is_ready() => {
+                        Some((_, w, _)) if !w.is_ready() => {
                             Err("webhook: allocation watches have not listed yet".into())
                         }
-                        Some(_) => Ok(()),
+                        Some((_, _, ranges)) => Ok(range_notes(ranges)),
                     }
                 })
             };
@@ -404,20 +431,29 @@ async fn run_inner(
         let running = bind(started.webhook.clone(), w.server.clone(), shutdown.clone())
             .await
             .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
-        let _ = webhook_state.set((running.certs(), started.webhook.clone()));
+        let _ = webhook_state.set((
+            running.certs(),
+            started.webhook.clone(),
+            started.service_cidr_sink().clone(),
+        ));
         let _ = handle.webhook.set(started.webhook.clone());
         spawned
             .0
             .extend(started.tasks.iter().map(|t| t.abort_handle()));
         cache.services.attach(Arc::new(started.service_sink()));
-        if let Some(t) = runtime::watch(
-            &cache,
-            Resource::Services,
-            &clients.get(users::INFORMERS),
-            options.controllers.list_page_size,
-            &webhook_watches,
-        ) {
-            spawned.0.push(t.abort_handle());
+        cache
+            .service_cidrs
+            .attach(started.service_cidr_sink().clone());
+        for resource in [Resource::Services, Resource::ServiceCidrs] {
+            if let Some(t) = runtime::watch(
+                &cache,
+                resource,
+                &clients.get(users::INFORMERS),
+                options.controllers.list_page_size,
+                &webhook_watches,
+            ) {
+                spawned.0.push(t.abort_handle());
+            }
         }
         webhook = Some((started, running));
     }

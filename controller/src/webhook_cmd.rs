@@ -59,6 +59,8 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
             },
             metrics: metrics.webhook().clone(),
             services: Default::default(),
+            explicit_ranges: args.ranges.explicit_cluster_ip_ranges(),
+            follow_service_cidrs: args.ranges.follow_cluster(),
         },
         background.clone(),
     )
@@ -66,9 +68,10 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
     let ready: admin::ReadinessCheck = {
         let webhook = Arc::clone(&started.webhook);
+        let ranges = started.service_cidr_sink().clone();
         Arc::new(move || {
             if webhook.is_ready() {
-                Ok(())
+                Ok(crate::run_cmd::range_notes(&ranges))
             } else {
                 Err("webhook: allocation watches have not listed yet".into())
             }

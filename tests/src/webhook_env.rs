@@ -236,6 +236,8 @@ impl LocalWebhook {
                 },
                 metrics: Default::default(),
                 services: Default::default(),
+                explicit_ranges: None,
+                follow_service_cidrs: false,
             },
             cancel.clone(),
         )

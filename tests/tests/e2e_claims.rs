@@ -92,7 +92,8 @@ async fn env(test: &str) -> Option<Env> {
     })
 }
 
-/// Flags every webhook process here shares: TLS, ranges, a fast repair loop, a
+/// Flags every webhook process here shares: TLS, ranges (given ones, overriding the
+/// cluster's ServiceCIDRs), a fast repair loop, a
 /// five-second grace period for claims of Services never seen, an admin address.
 fn webhook_flags(env: &Env, ranges: Ranges, port: u16, admin: SocketAddr) -> Vec<String> {
     vec![
@@ -102,6 +103,8 @@ fn webhook_flags(env: &Env, ranges: Ranges, port: u16, admin: SocketAddr) -> Vec
         format!("--tls-private-key-file={}", env.certs.key_file.display()),
         format!("--service-cluster-ip-range={}", ranges.cidr()),
         format!("--service-node-port-range={}", ranges.ports()),
+        // The tiny ranges on purpose, not the cluster's ServiceCIDRs.
+        "--service-ranges-from=flags".into(),
         "--claim-repair-interval=1s".into(),
         "--claim-grace-period=5s".into(),
         format!("--metrics-bind-address={admin}"),

@@ -605,6 +605,8 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
             },
             metrics: Default::default(),
             services: ServiceSource::External,
+            explicit_ranges: None,
+            follow_service_cidrs: false,
         },
     });
     let run = Instance::start(fake.client(), opts);

@@ -56,6 +56,8 @@ fn options(ranges: &str, ports: &str, seed: u64, repair: RepairConfig) -> Webhoo
         repair,
         metrics: WebhookMetrics::default(),
         services: Default::default(),
+        explicit_ranges: None,
+        follow_service_cidrs: false,
     }
 }
 

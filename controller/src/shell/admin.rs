@@ -30,7 +30,8 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const WEDGED_AFTER: Duration = Duration::from_secs(30);
 
 /// Why the process is not ready, or `Ok`.
-pub(crate) type ReadinessCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// `Ok` with notes worth showing (e.g. the ranges in force), or why not ready.
+pub(crate) type ReadinessCheck = Arc<dyn Fn() -> Result<Vec<String>, String> + Send + Sync>;
 
 #[derive(Clone)]
 struct Admin {
@@ -81,7 +82,14 @@ async fn readyz(State(a): State<Admin>) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     match (a.ready)() {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Ok(notes) => {
+            let mut body = String::from("ok\n");
+            for n in notes {
+                body.push_str(&n);
+                body.push('\n');
+            }
+            (StatusCode::OK, body).into_response()
+        }
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }
@@ -164,7 +172,7 @@ mod tests {
             metrics: Metrics::new(),
             ready: Arc::new(move || {
                 if r.load(Ordering::Acquire) {
-                    Ok(())
+                    Ok(Vec::new())
                 } else {
                     Err("webhook: certificate not loaded".into())
                 }
@@ -198,7 +206,7 @@ mod tests {
     async fn livez_fails_when_the_heartbeat_stops() {
         let admin = Admin {
             metrics: Metrics::new(),
-            ready: Arc::new(|| Ok(())),
+            ready: Arc::new(|| Ok(Vec::new())),
             started: Instant::now(),
             heartbeat: Arc::new(AtomicU64::new(0)),
             shutdown: CancellationToken::new(),

@@ -90,7 +90,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
     Descriptor {
         name: "allocator-repair",
         aliases: &[],
-        reads: &[Resource::Services],
+        reads: &[Resource::Services, Resource::ServiceCidrs],
         client_user: "allocator-repair",
         build: |b| {
             Arc::new(AllocatorRepair::new(

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::task::JoinHandle;
@@ -108,6 +109,8 @@ pub(crate) fn watch(
         Resource::Nodes => cache.nodes.claim_watch(),
         Resource::EndpointSlices => cache.slices.claim_watch(),
         Resource::Endpoints => cache.endpoints.claim_watch(),
+        Resource::ServiceCidrs => cache.service_cidrs.claim_watch(),
+        Resource::IpAddresses => cache.ip_addresses.claim_watch(),
     };
     if !claimed {
         return None;
@@ -160,7 +163,93 @@ pub(crate) fn watch(
             strip::endpoints,
             stop,
         )),
+        Resource::ServiceCidrs => tokio::spawn(watch_if_served(
+            cache.clone(),
+            resource,
+            client.clone(),
+            stop.clone(),
+            reflect(
+                name,
+                Api::<ServiceCIDR>::all(client),
+                config,
+                cache,
+                |c| &c.service_cidrs,
+                strip::service_cidr,
+                stop,
+            ),
+        )),
+        Resource::IpAddresses => tokio::spawn(watch_if_served(
+            cache.clone(),
+            resource,
+            client.clone(),
+            stop.clone(),
+            reflect(
+                name,
+                Api::<IPAddress>::all(client),
+                config,
+                cache,
+                |c| &c.ip_addresses,
+                strip::ip_address,
+                stop,
+            ),
+        )),
     })
+}
+
+/// Runs `watch` when the API server serves `resource` (networking.k8s.io/v1 objects
+/// exist from Kubernetes 1.33); otherwise the store is empty and counts as listed, so
+/// nothing waits for it. An unreachable API server is asked again with backoff.
+async fn watch_if_served(
+    cache: Arc<Cache>,
+    resource: Resource,
+    client: kube::Client,
+    stop: CancellationToken,
+    watch: impl std::future::Future<Output = ()>,
+) {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let served = match resource {
+            Resource::ServiceCidrs => served::<ServiceCIDR>(&client).await,
+            _ => served::<IPAddress>(&client).await,
+        };
+        match served {
+            Ok(true) => return watch.await,
+            Ok(false) => {
+                info!(
+                    resource = resource.plural(),
+                    "not served by this API server; treated as none"
+                );
+                match resource {
+                    Resource::ServiceCidrs => cache.service_cidrs.mark_listed(),
+                    _ => cache.ip_addresses.mark_listed(),
+                }
+                return;
+            }
+            Err(e) => {
+                warn!(resource = resource.plural(), error = %e, retry_in_ms = delay.as_millis() as u64, "cannot tell whether the API server serves it; retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Does the API server serve `K`? `Ok(false)` on 404.
+async fn served<K>(client: &kube::Client) -> Result<bool, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match Api::<K>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Hands `resource`'s changes to `dispatch` (from the objects already stored on).
@@ -171,6 +260,8 @@ fn attach(cache: &Cache, resource: Resource, dispatch: &Arc<Dispatch>) {
         Resource::Nodes => cache.nodes.attach(dispatch.clone()),
         Resource::EndpointSlices => cache.slices.attach(dispatch.clone()),
         Resource::Endpoints => cache.endpoints.attach(dispatch.clone()),
+        Resource::ServiceCidrs => cache.service_cidrs.attach(dispatch.clone()),
+        Resource::IpAddresses => cache.ip_addresses.attach(dispatch.clone()),
     }
 }
 

@@ -200,6 +200,22 @@ impl super::cache::Consumer<k8s_openapi::api::core::v1::Service>
     }
 }
 
+/// The webhook's ranges follow the ServiceCIDR watch the same way.
+impl super::cache::Consumer<k8s_openapi::api::networking::v1::ServiceCIDR>
+    for svcplane_webhook::shell::ranges::ServiceCidrSink
+{
+    fn changed(&self, change: &Change<k8s_openapi::api::networking::v1::ServiceCIDR>) {
+        match change {
+            Change::Added(s) | Change::Updated { new: s, .. } => self.apply(s),
+            Change::Deleted(s) => self.delete(s),
+        }
+    }
+
+    fn sync_changed(&self, in_sync: bool) {
+        svcplane_webhook::shell::ranges::ServiceCidrSink::sync_changed(self, in_sync);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

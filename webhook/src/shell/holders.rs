@@ -21,6 +21,8 @@ pub enum SourceKind {
     Claims,
     /// kube-apiserver IPAddress objects.
     IpAddresses,
+    /// ServiceCIDR objects (the ranges; they hold no values).
+    ServiceCidrs,
 }
 
 impl SourceKind {
@@ -40,6 +42,7 @@ impl SourceKind {
             Self::Services => "services",
             Self::Claims => "allocationclaims",
             Self::IpAddresses => "ipaddresses",
+            Self::ServiceCidrs => "servicecidrs",
         }
     }
 }

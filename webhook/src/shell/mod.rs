@@ -3,6 +3,7 @@
 //! - [`holders`]: how stored objects translate into state holders (pure);
 //! - [`claimer`]: creating [`crate::claim::AllocationClaim`]s (the cross-replica lock);
 //! - [`watch`]: reflecting Services, claims and IPAddress objects into the state;
+//! - [`ranges`]: the cluster's Service ranges from its ServiceCIDR objects;
 //! - [`repair`]: the loop that releases claims nobody uses;
 //! - [`admission`]: the [`crate::handler::AdmissionHandler`] that ties review, state
 //!   and claims together for the HTTPS server;
@@ -11,6 +12,7 @@
 pub mod admission;
 pub mod claimer;
 pub mod holders;
+pub mod ranges;
 pub mod repair;
 pub mod start;
 pub mod watch;

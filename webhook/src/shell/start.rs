@@ -12,6 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::Webhook;
 use super::claimer::KubeClaims;
+use super::ranges::{
+    ServiceCidrSink, check_kubernetes_service, feed_service_cidrs, has_service_cidrs,
+};
 use super::repair::{self, RepairConfig};
 pub use super::watch::ServiceSource;
 use super::watch::{self, Readiness, ServiceSink, SharedState};
@@ -30,8 +33,14 @@ pub struct WebhookOptions {
     pub repair: RepairConfig,
     /// Where the webhook counts what it does (registered by the caller's `/metrics`).
     pub metrics: WebhookMetrics,
-    /// Who watches Services.
+    /// Who watches Services and ServiceCIDRs.
     pub services: ServiceSource,
+    /// `--service-cluster-ip-range` when the operator gave it: the ranges then come
+    /// from the cluster's ServiceCIDRs all the same, and a difference is reported.
+    pub explicit_ranges: Option<Vec<svcplane_allocator::Cidr>>,
+    /// Follow the cluster's ServiceCIDR objects (`false`: the configured ranges
+    /// always, `--service-ranges-from=flags`).
+    pub follow_service_cidrs: bool,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.
@@ -46,6 +55,7 @@ pub struct Started {
     readiness: Arc<Readiness>,
     repair: RepairConfig,
     metrics: WebhookMetrics,
+    ranges: Arc<ServiceCidrSink>,
 }
 
 impl std::fmt::Debug for Started {
@@ -68,6 +78,12 @@ impl Started {
     /// ([`ServiceSource::External`]) hands them to the webhook.
     pub fn service_sink(&self) -> ServiceSink {
         ServiceSink::new(self.state.clone(), self.readiness.clone())
+    }
+
+    /// Where ServiceCIDR objects reach the webhook's ranges (an embedding process
+    /// that watches them itself feeds this; it also says how the ranges stand).
+    pub fn service_cidr_sink(&self) -> &Arc<ServiceCidrSink> {
+        &self.ranges
     }
 
     /// The claim repair loop, for the caller to spawn where it should run (`svcplane
@@ -108,7 +124,13 @@ pub async fn start_watches(
     let allocators = options.allocator.allocators(options.seed)?;
     let state = Arc::new(Mutex::new(AllocationState::new(allocators)));
     let readiness = Arc::new(Readiness::default());
-    let tasks = watch::spawn_all(
+    let ranges = Arc::new(ServiceCidrSink::new(
+        state.clone(),
+        readiness.clone(),
+        options.explicit_ranges.clone(),
+        options.follow_service_cidrs,
+    ));
+    let mut tasks = watch::spawn_all(
         client.clone(),
         state.clone(),
         readiness.clone(),
@@ -116,6 +138,21 @@ pub async fn start_watches(
         cancel.clone(),
     )
     .await;
+    tasks.push(tokio::spawn(check_kubernetes_service(
+        state.clone(),
+        readiness.clone(),
+        ranges.clone(),
+        cancel.clone(),
+    )));
+    if !options.follow_service_cidrs {
+        ranges.not_followed();
+    } else if options.services == ServiceSource::OwnWatch {
+        tasks.push(tokio::spawn(watch_service_cidrs(
+            client.clone(),
+            ranges.clone(),
+            cancel.clone(),
+        )));
+    }
     let webhook = Arc::new(Webhook::new(
         state.clone(),
         KubeClaims::new(client.clone()),
@@ -130,5 +167,32 @@ pub async fn start_watches(
         readiness,
         repair: options.repair,
         metrics: options.metrics,
+        ranges,
     })
+}
+
+/// The ServiceCIDR watch of `svcplane webhook`: where the API server serves them (it
+/// may be unreachable at first: retried with backoff), else the flags stand.
+async fn watch_service_cidrs(
+    client: Client,
+    sink: Arc<ServiceCidrSink>,
+    cancel: CancellationToken,
+) {
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match has_service_cidrs(&client).await {
+            Ok(true) => {
+                return feed_service_cidrs(kube::Api::all(client), sink, cancel).await;
+            }
+            Ok(false) => return sink.not_served(),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot tell whether ServiceCIDR objects exist; retrying");
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
 }

@@ -43,8 +43,8 @@ pub fn lock(state: &SharedState) -> MutexGuard<'_, AllocationState> {
 /// tests see the same signals.
 #[derive(Debug, Default)]
 pub struct Readiness {
-    listed: [AtomicBool; 3],
-    in_sync: [AtomicBool; 3],
+    listed: [AtomicBool; 4],
+    in_sync: [AtomicBool; 4],
 }
 
 fn slot(kind: SourceKind) -> usize {
@@ -52,13 +52,15 @@ fn slot(kind: SourceKind) -> usize {
         SourceKind::Services => 0,
         SourceKind::Claims => 1,
         SourceKind::IpAddresses => 2,
+        SourceKind::ServiceCidrs => 3,
     }
 }
 
-const ALL_SOURCES: [SourceKind; 3] = [
+const ALL_SOURCES: [SourceKind; 4] = [
     SourceKind::Services,
     SourceKind::Claims,
     SourceKind::IpAddresses,
+    SourceKind::ServiceCidrs,
 ];
 
 impl Readiness {
@@ -458,6 +460,8 @@ mod tests {
         assert!(!r.all());
         assert!(!r.repair_safe());
         r.listed(SourceKind::IpAddresses);
+        assert!(!r.all(), "the ranges too");
+        r.listed(SourceKind::ServiceCidrs);
         assert!(r.all());
     }
 }

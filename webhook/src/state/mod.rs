@@ -202,6 +202,22 @@ impl AllocationState {
         &self.allocators
     }
 
+    /// Make the ClusterIP ranges exactly `ranges` (the cluster's ServiceCIDRs): every
+    /// value some holder has is marked again, so a range that appears knows which of
+    /// its addresses are taken. Returns the CIDRs the allocator could not use.
+    pub fn set_ranges(
+        &mut self,
+        ranges: &[svcplane_allocator::service_cidrs::ClusterRange],
+        primary: Option<IpFamily>,
+    ) -> Vec<(svcplane_allocator::Cidr, String)> {
+        let refused = self.allocators.set_ranges(ranges, primary);
+        let held: Vec<Claim> = self.by_value.keys().copied().collect();
+        for v in held {
+            mark(&mut self.allocators, v);
+        }
+        refused
+    }
+
     /// Replace everything `key` holds with `values` (duplicates ignored). An empty list
     /// removes the holder.
     pub fn set(&mut self, key: HolderKey, owner: Option<ServiceRef>, values: Vec<Claim>) {

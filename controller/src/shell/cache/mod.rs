@@ -25,6 +25,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use self::cached_pod::CachedPod;
@@ -67,7 +68,14 @@ macro_rules! keyed_by_metadata {
     )*};
 }
 
-keyed_by_metadata!(Service, EndpointSlice, Endpoints, Node);
+keyed_by_metadata!(
+    Service,
+    EndpointSlice,
+    Endpoints,
+    Node,
+    ServiceCIDR,
+    IPAddress
+);
 
 impl Keyed for CachedPod {
     fn namespace(&self) -> &str {
@@ -527,6 +535,50 @@ impl Store for NodeStore {
     }
 }
 
+/// Cluster-scoped objects kept whole, by name (ServiceCIDRs, IPAddresses).
+#[derive(Debug)]
+pub struct ClusterStore<T> {
+    objects: BTreeMap<String, Arc<T>>,
+}
+
+impl<T> Default for ClusterStore<T> {
+    fn default() -> Self {
+        Self {
+            objects: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> ClusterStore<T> {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<T>> {
+        self.objects.values()
+    }
+}
+
+impl<T: Keyed + Send + Sync + 'static> Store for ClusterStore<T> {
+    type Item = T;
+
+    fn upsert(&mut self, o: Arc<T>) -> Option<Arc<T>> {
+        self.objects.insert(o.name().to_owned(), o)
+    }
+
+    fn remove(&mut self, _namespace: &str, name: &str) -> Option<Arc<T>> {
+        self.objects.remove(name)
+    }
+
+    fn get(&self, _namespace: &str, name: &str) -> Option<Arc<T>> {
+        self.objects.get(name).cloned()
+    }
+
+    fn all(&self) -> Vec<Arc<T>> {
+        self.objects.values().cloned().collect()
+    }
+
+    fn len(&self) -> usize {
+        self.objects.len()
+    }
+}
+
 /// Whether a watched store can be trusted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SyncState {
@@ -687,6 +739,10 @@ pub(crate) enum Resource {
     Nodes,
     EndpointSlices,
     Endpoints,
+    /// `networking.k8s.io/v1` ServiceCIDRs (absent before Kubernetes 1.33).
+    ServiceCidrs,
+    /// `networking.k8s.io/v1` IPAddresses (absent before Kubernetes 1.33).
+    IpAddresses,
 }
 
 impl Resource {
@@ -698,6 +754,8 @@ impl Resource {
             Resource::Nodes => "nodes",
             Resource::EndpointSlices => "endpointslices",
             Resource::Endpoints => "endpoints",
+            Resource::ServiceCidrs => "servicecidrs",
+            Resource::IpAddresses => "ipaddresses",
         }
     }
 }
@@ -712,6 +770,8 @@ pub struct Cache {
     pub nodes: Shared<NodeStore>,
     pub slices: Shared<SliceStore>,
     pub endpoints: Shared<EndpointsStore>,
+    pub service_cidrs: Shared<ClusterStore<ServiceCIDR>>,
+    pub ip_addresses: Shared<ClusterStore<IPAddress>>,
 }
 
 impl Cache {
@@ -723,17 +783,21 @@ impl Cache {
             Resource::Nodes => self.nodes.wait_synced().await,
             Resource::EndpointSlices => self.slices.wait_synced().await,
             Resource::Endpoints => self.endpoints.wait_synced().await,
+            Resource::ServiceCidrs => self.service_cidrs.wait_synced().await,
+            Resource::IpAddresses => self.ip_addresses.wait_synced().await,
         }
     }
 
     /// Objects held per resource (for the cache-size metric).
-    pub(crate) fn sizes(&self) -> [(Resource, usize); 5] {
+    pub(crate) fn sizes(&self) -> [(Resource, usize); 7] {
         [
             (Resource::Services, self.services.read().len()),
             (Resource::Pods, self.pods.read().len()),
             (Resource::Nodes, self.nodes.read().len()),
             (Resource::EndpointSlices, self.slices.read().len()),
             (Resource::Endpoints, self.endpoints.read().len()),
+            (Resource::ServiceCidrs, self.service_cidrs.read().len()),
+            (Resource::IpAddresses, self.ip_addresses.read().len()),
         ]
     }
 }

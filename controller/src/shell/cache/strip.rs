@@ -9,6 +9,7 @@
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, NodeCondition, NodeStatus, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::core::keys::ANNOTATION_LAST_APPLIED;
@@ -86,6 +87,20 @@ pub fn endpoint_slice(mut slice: EndpointSlice) -> EndpointSlice {
 pub fn endpoints(mut endpoints: Endpoints) -> Endpoints {
     strip_meta(&mut endpoints.metadata);
     endpoints
+}
+
+/// ServiceCIDRs: everything but `managedFields` (spec, conditions, finalizers and the
+/// deletion time are all read).
+pub fn service_cidr(mut cidr: ServiceCIDR) -> ServiceCIDR {
+    strip_meta(&mut cidr.metadata);
+    cidr
+}
+
+/// IPAddresses: name, labels (family, manager) and the parent reference.
+pub fn ip_address(mut ip: IPAddress) -> IPAddress {
+    strip_meta(&mut ip.metadata);
+    ip.metadata.annotations = None;
+    ip
 }
 
 #[cfg(test)]

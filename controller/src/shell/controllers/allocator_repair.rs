@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
+use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocatorConfig, Finding};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -25,14 +26,27 @@ use tokio::task::JoinHandle;
 /// Settings of the repair controller.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The configured ranges (`--service-cluster-ip-range`, `--service-node-port-range`).
     pub allocator: AllocatorConfig,
+    /// Take the ClusterIP ranges from the cluster's ServiceCIDR objects when it has any.
+    pub follow_service_cidrs: bool,
     pub interval: Duration,
     pub seed: u64,
 }
 
-/// The findings of one pass over `services` (pure; the allocator's rules).
-pub(crate) fn findings(services: &[Service], config: &Config) -> Result<Vec<Finding>, String> {
-    svcplane_allocator::repair_findings(services, &config.allocator, config.seed)
+/// The findings of one pass over `services` against the cluster's ServiceCIDRs (when
+/// followed and present) or the configured ranges (pure; the allocator's rules).
+pub(crate) fn findings(
+    services: &[Service],
+    service_cidrs: &[ServiceCidrView],
+    config: &Config,
+) -> Result<Vec<Finding>, String> {
+    let from_cluster = config
+        .follow_service_cidrs
+        .then(|| config.allocator.with_service_cidrs(service_cidrs))
+        .flatten();
+    let ranges = from_cluster.as_ref().unwrap_or(&config.allocator);
+    svcplane_allocator::repair_findings(services, ranges, config.seed)
 }
 
 fn record(events: &EventRecorder, cache: &Cache, f: &Finding) {
@@ -118,7 +132,13 @@ async fn run(cache: Arc<Cache>, events: EventRecorder, config: Config, cancel: C
                 .map(|s| Service::clone(s))
                 .collect()
         };
-        match findings(&services, &config) {
+        let service_cidrs: Vec<ServiceCidrView> = cache
+            .service_cidrs
+            .read()
+            .iter()
+            .map(|c| ServiceCidrView::of(c))
+            .collect();
+        match findings(&services, &service_cidrs, &config) {
             Ok(found) => {
                 debug!(
                     services = services.len(),
@@ -143,6 +163,7 @@ mod tests {
     fn rule_12_duplicate_and_out_of_range_cluster_ips_are_found() {
         let config = Config {
             allocator: AllocatorConfig::from_flags("10.96.0.0/16", "30000-32767").unwrap(),
+            follow_service_cidrs: true,
             interval: Duration::from_secs(180),
             seed: 1,
         };
@@ -152,7 +173,7 @@ mod tests {
             svc("c").cluster_ip("192.168.0.1").build(),
             svc("d").cluster_ip("10.96.0.11").build(),
         ];
-        let found = findings(&services, &config).unwrap();
+        let found = findings(&services, &[], &config).unwrap();
         let reasons: Vec<(&str, &str)> = found
             .iter()
             .map(|f| (f.reason, f.object.as_str()))
@@ -165,5 +186,34 @@ mod tests {
             ]
         );
         assert_eq!(found[0].component(), "ipallocator-repair-controller");
+    }
+
+    #[test]
+    fn rule_12_ranges_follow_the_clusters_service_cidrs() {
+        let mut config = Config {
+            allocator: AllocatorConfig::from_flags("10.96.0.0/16", "30000-32767").unwrap(),
+            follow_service_cidrs: true,
+            interval: Duration::from_secs(180),
+            seed: 1,
+        };
+        let services = vec![svc("a").cluster_ip("10.97.0.10").build()];
+        let cidrs = [
+            ServiceCidrView {
+                name: "kubernetes".into(),
+                cidrs: vec!["10.96.0.0/16".into()],
+                ready_condition: true,
+                deleting: false,
+            },
+            ServiceCidrView {
+                name: "extra".into(),
+                cidrs: vec!["10.97.0.0/16".into()],
+                ready_condition: true,
+                deleting: false,
+            },
+        ];
+        assert!(findings(&services, &cidrs, &config).unwrap().is_empty());
+        config.follow_service_cidrs = false;
+        let found = findings(&services, &cidrs, &config).unwrap();
+        assert_eq!(found[0].reason, "ClusterIPOutOfRange");
     }
 }

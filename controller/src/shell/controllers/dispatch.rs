@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 
 use super::Controller;
 use crate::core::endpointslice::triggers;
@@ -122,6 +123,22 @@ impl Consumer<EndpointSlice> for Dispatch {
     fn changed(&self, change: &Change<EndpointSlice>) {
         for c in &self.all {
             c.on_slice(change);
+        }
+    }
+}
+
+impl Consumer<ServiceCIDR> for Dispatch {
+    fn changed(&self, change: &Change<ServiceCIDR>) {
+        for c in &self.all {
+            c.on_service_cidr(change);
+        }
+    }
+}
+
+impl Consumer<IPAddress> for Dispatch {
+    fn changed(&self, change: &Change<IPAddress>) {
+        for c in &self.all {
+            c.on_ip_address(change);
         }
     }
 }

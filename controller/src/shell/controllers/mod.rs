@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::Client;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -139,6 +140,8 @@ pub(crate) trait Controller: Send + Sync + std::fmt::Debug + 'static {
     fn on_node(&self, _change: &Change<Node>) {}
     fn on_slice(&self, _change: &Change<EndpointSlice>) {}
     fn on_endpoints(&self, _change: &Change<Endpoints>) {}
+    fn on_service_cidr(&self, _change: &Change<ServiceCIDR>) {}
+    fn on_ip_address(&self, _change: &Change<IPAddress>) {}
     /// Queue start-up keys and spawn the workers and loops; called once, after every
     /// cache the controller reads has completed its first list.
     fn start(self: Arc<Self>, stop: &CancellationToken) -> Vec<JoinHandle<()>>;
