@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{plan, run_cmd, webhook_cmd};
+use svcplane_controller::{explain, plan, run_cmd, webhook_cmd};
 use svcplane_webhook::claim::AllocationClaim;
 use tracing_subscriber::EnvFilter;
 
@@ -61,6 +61,23 @@ fn main() -> ExitCode {
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "svcplane webhook failed");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Explain(args) => {
+            init_logging("warn", LogFormat::Text);
+            let mut stderr = std::io::stderr().lock();
+            let result = explain::run(
+                &args,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout().lock(),
+                &mut stderr,
+            );
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    let _ = writeln!(stderr, "error: {e}");
+                    ExitCode::from(e.exit_code())
                 }
             }
         }
