@@ -690,7 +690,12 @@ pub fn summarize(slices: &Membership, endpoints: &Membership) -> (Verdict, Strin
                         (None, Some(n)) => format!("new slice {n}"),
                         (None, None) => "no slice".to_owned(),
                     };
-                    format!("{} in {slice} [{}]", pl.address, pl.ports.join(", "))
+                    let ports = if pl.ports.is_empty() {
+                        "no ports".to_owned()
+                    } else {
+                        pl.ports.join(", ")
+                    };
+                    format!("{} in {slice} [{ports}]", pl.address)
                 })
                 .collect();
             if !placed.is_empty() {
