@@ -188,10 +188,11 @@ fn endpoints(out: &mut String, r: &ServiceReport) {
         .iter()
         .map(|s| s.ready.kept + s.not_ready.kept)
         .sum();
-    let family = e
-        .address_type
-        .clone()
-        .unwrap_or_else(|| "family of each Pod's podIP".to_owned());
+    let family = match (&e.address_type, r.address_types.len()) {
+        (Some(f), n) if n > 1 => format!("{f} only, the Service's primary family"),
+        (Some(f), _) => f.clone(),
+        (None, _) => "family of each Pod's podIP".to_owned(),
+    };
     let write = match e.write {
         "none" => "in sync, no write".to_owned(),
         w => format!("would {w} it"),
