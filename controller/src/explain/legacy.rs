@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, Endpoints, Pod, Service};
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::core::endpoints::desired::{desired_subsets, primary_family};
 use crate::core::endpoints::{self as eps, EndpointsWrite, capacity};
-use crate::core::trigger_time::TriggerTimeTracker;
 
 use super::verdict::{Dropped, port_label};
 
@@ -166,17 +166,16 @@ fn cap(desired: &[EndpointSubset]) -> (Vec<SubsetRow>, CapOutcome, bool) {
 }
 
 /// The Endpoints controller's write for `service` (a first sync, as `plan`
-/// makes it), the subsets and what the cap does.
+/// makes it, with `plan`'s trigger time), the subsets and what the cap does.
 pub fn explain_endpoints(
     service: &Service,
     selected: &[&Pod],
     pods: &[Arc<Pod>],
     existing: Option<&Endpoints>,
+    trigger_time: Option<Timestamp>,
 ) -> (EndpointsReport, CapOutcome) {
     let namespace = service.metadata.namespace.as_deref().unwrap_or_default();
     let name = service.metadata.name.as_deref().unwrap_or_default();
-    let selected_arcs: Vec<Arc<Pod>> = selected.iter().map(|p| Arc::new((*p).clone())).collect();
-    let trigger_time = TriggerTimeTracker::default().compute(service, &selected_arcs);
     let inputs = eps::Inputs {
         namespace,
         name,

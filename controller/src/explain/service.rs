@@ -144,6 +144,7 @@ pub fn explain_service(
         &selected,
         &pods,
         snapshot.endpoints.get(&key).map(Arc::as_ref),
+        trigger_time,
     );
     let rules = ServiceRules {
         service,
