@@ -130,7 +130,7 @@ fn slices(out: &mut String, s: &SlicesReport) {
     } else {
         let _ = writeln!(
             out,
-            "{writes} write{} to make (what `svcplane plan` prints)",
+            "{writes} write{} to make (the ones `svcplane plan` prints)",
             if writes == 1 { "" } else { "s" }
         );
     }
