@@ -35,6 +35,171 @@ pub enum Command {
     /// Print the CustomResourceDefinition of svcplane's AllocationClaim (the
     /// webhook's cross-replica lock) as YAML, for `kubectl apply -f -`.
     Crd,
+    /// Explain why a Pod is or is not an endpoint of a Service, and who holds
+    /// a ClusterIP or NodePort; from a dump (`-f`) or a live cluster
+    /// (read-only). Also installed as the kubectl plugin `kubectl svcplane`.
+    Explain(ExplainArgs),
+}
+
+/// `svcplane explain`: what to explain.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    #[command(subcommand)]
+    pub what: ExplainWhat,
+}
+
+/// The four forms of `svcplane explain`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ExplainWhat {
+    /// Every Pod the Service's selector matches or nearly matches, with its
+    /// verdict; the slices, the Endpoints object and the topology hints.
+    Service(ExplainObject),
+    /// Every Service that selects the Pod (or nearly does), and what each
+    /// does with it.
+    Pod(ExplainObject),
+    /// Who holds a ClusterIP, which range and band it is in, and whether the
+    /// webhook would hand it out.
+    Ip(ExplainIp),
+    /// Who holds a NodePort, which band it is in, and whether the webhook
+    /// would hand it out.
+    #[command(name = "nodeport")]
+    NodePort(ExplainNodePort),
+}
+
+impl ExplainWhat {
+    /// The flags every form shares.
+    pub fn source(&self) -> &ExplainSource {
+        match self {
+            ExplainWhat::Service(o) | ExplainWhat::Pod(o) => &o.source,
+            ExplainWhat::Ip(i) => &i.source,
+            ExplainWhat::NodePort(p) => &p.source,
+        }
+    }
+}
+
+/// `explain service|pod`: the object and the reconciler's settings.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainObject {
+    /// The object, `NAMESPACE/NAME`, or `NAME` in `--namespace`.
+    #[arg(value_name = "NAMESPACE/NAME", value_parser = parse_object_ref)]
+    pub object: ObjectRef,
+
+    /// Namespace of a `NAME` given without one.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", default_value = "default")]
+    pub namespace: String,
+
+    /// Maximum number of endpoints in one EndpointSlice (1..=1000), as
+    /// `svcplane run` is configured.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
+        value_parser = clap::value_parser!(u16).range(1..=(MAX_ENDPOINTS_PER_SLICE_LIMIT as i64))
+    )]
+    pub max_endpoints_per_slice: u16,
+
+    #[command(flatten)]
+    pub source: ExplainSource,
+}
+
+impl ExplainObject {
+    /// `(namespace, name)`: the namespace written in the object, else
+    /// `--namespace`.
+    pub fn key(&self) -> (String, String) {
+        let namespace = self
+            .object
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.namespace.clone());
+        (namespace, self.object.name.clone())
+    }
+}
+
+/// `explain ip`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainIp {
+    /// The address, IPv4 or IPv6.
+    #[arg(value_name = "IP")]
+    pub ip: std::net::IpAddr,
+
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+
+    #[command(flatten)]
+    pub source: ExplainSource,
+}
+
+/// `explain nodeport`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainNodePort {
+    /// The port number.
+    #[arg(value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: u16,
+
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+
+    #[command(flatten)]
+    pub source: ExplainSource,
+}
+
+/// Where `explain` reads objects from, and how it prints.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainSource {
+    /// Read objects from this dump instead of a cluster (as `plan` reads
+    /// them); repeatable, `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// kubeconfig of the cluster to read (list/get only); without it and
+    /// without `-f`, the in-cluster configuration, else `$KUBECONFIG` /
+    /// `~/.kube/config`.
+    #[arg(long, value_name = "FILE", conflicts_with = "files")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Output format: aligned text for people, JSON or YAML for tools.
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value_t = ExplainFormat::Text)]
+    pub output: ExplainFormat,
+}
+
+/// `explain -o` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExplainFormat {
+    Text,
+    Json,
+    Yaml,
+}
+
+impl fmt::Display for ExplainFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExplainFormat::Text => "text",
+            ExplainFormat::Json => "json",
+            ExplainFormat::Yaml => "yaml",
+        })
+    }
+}
+
+/// `NAMESPACE/NAME` or `NAME` on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+fn parse_object_ref(value: &str) -> Result<ObjectRef, String> {
+    let bad = || format!("invalid object {value:?}: want NAMESPACE/NAME or NAME");
+    let (namespace, name) = match value.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, value),
+    };
+    if name.is_empty() || name.contains('/') || namespace.is_some_and(str::is_empty) {
+        return Err(bad());
+    }
+    Ok(ObjectRef {
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+    })
 }
 
 /// Flags of `svcplane webhook`.
@@ -808,6 +973,62 @@ mod tests {
         for bad in ["", "60", "5x", "s", "1.5s"] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    fn explain(args: &[&str]) -> Result<ExplainWhat, clap::Error> {
+        let argv = ["svcplane", "explain"].iter().chain(args).copied();
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Explain(e) => e.what,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    #[test]
+    fn explain_forms_and_flags() {
+        let ExplainWhat::Service(s) = explain(&["service", "shop/web", "-f", "x.yaml"]).unwrap()
+        else {
+            panic!("not a service");
+        };
+        assert_eq!(s.key(), ("shop".to_owned(), "web".to_owned()));
+        assert_eq!(s.source.files, vec![PathBuf::from("x.yaml")]);
+        assert_eq!(s.source.output, ExplainFormat::Text);
+        assert_eq!(s.max_endpoints_per_slice, 100);
+        let ExplainWhat::Pod(p) = explain(&["pod", "web-1", "-n", "shop", "-o", "json"]).unwrap()
+        else {
+            panic!("not a pod");
+        };
+        assert_eq!(p.key(), ("shop".to_owned(), "web-1".to_owned()));
+        assert_eq!(p.source.output, ExplainFormat::Json);
+        let ExplainWhat::Ip(i) = explain(&["ip", "fd00::1", "-o", "yaml"]).unwrap() else {
+            panic!("not an ip");
+        };
+        assert_eq!(i.ip.to_string(), "fd00::1");
+        assert_eq!(
+            i.ranges.config().unwrap().cluster_ip_ranges[0].to_string(),
+            "10.96.0.0/12"
+        );
+        let ExplainWhat::NodePort(n) = explain(&["nodeport", "30080"]).unwrap() else {
+            panic!("not a nodeport");
+        };
+        assert_eq!(n.port, 30080);
+    }
+
+    #[test]
+    fn explain_usage_errors() {
+        for bad in [
+            &["service"][..],
+            &["service", "a/b/c"],
+            &["service", "/web"],
+            &["service", "shop/"],
+            &["ip", "10.0.0.300"],
+            &["nodeport", "0"],
+            &["nodeport", "70000"],
+            &["service", "a/b", "-f", "x", "--kubeconfig", "k"],
+            &["service", "a/b", "-o", "xml"],
+            &["volume", "x"],
+        ] {
+            assert!(explain(bad).is_err(), "{bad:?} should be rejected");
         }
     }
 

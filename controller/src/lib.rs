@@ -1,5 +1,6 @@
 //! svcplane's controller crate: the pure reconcilers (`core`), the offline
-//! `svcplane plan` command built on them (`plan`), the controller runtime
+//! `svcplane plan` command built on them (`plan`), the `svcplane explain`
+//! command that reports what they decide and why (`explain`), the controller runtime
 //! (`shell`, `leader`, `run_cmd`: `svcplane run`), and the CLI definition.
 //!
 //! The split follows the house rule in `architecture.md`: everything under
@@ -9,6 +10,7 @@
 
 pub mod cli;
 pub mod core;
+pub mod explain;
 pub mod kube_client;
 pub mod leader;
 pub mod plan;

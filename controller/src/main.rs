@@ -3,16 +3,16 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{plan, run_cmd, webhook_cmd};
+use svcplane_controller::{explain, plan, run_cmd, webhook_cmd};
 use svcplane_webhook::claim::AllocationClaim;
 use tracing_subscriber::EnvFilter;
 
-fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     // Usage errors exit 2 (clap); bad input exits 1.
-    let cli = Cli::parse();
+    let cli = parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Plan(args) => {
@@ -34,7 +34,6 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             if let Err(msg) = args.check() {
-                use clap::CommandFactory;
                 Cli::command()
                     .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
                     .exit();
@@ -50,7 +49,6 @@ fn main() -> ExitCode {
         }
         Command::Webhook(args) => {
             if let Err(msg) = args.check() {
-                use clap::CommandFactory;
                 Cli::command()
                     .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
                     .exit();
@@ -61,6 +59,23 @@ fn main() -> ExitCode {
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "svcplane webhook failed");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Explain(args) => {
+            init_logging("warn", LogFormat::Text);
+            let mut stderr = std::io::stderr().lock();
+            let result = explain::run(
+                &args,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout().lock(),
+                &mut stderr,
+            );
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    let _ = writeln!(stderr, "error: {e}");
+                    ExitCode::from(e.exit_code())
                 }
             }
         }
@@ -75,6 +90,21 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// The command line. Run as the kubectl plugin (`kubectl-svcplane`), usage
+/// messages name the command as the user typed it: `kubectl svcplane`.
+fn parse() -> Cli {
+    let plugin = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .is_some_and(|name| name.starts_with("kubectl-"));
+    if !plugin {
+        return Cli::parse();
+    }
+    let matches = Cli::command().bin_name("kubectl svcplane").get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Logs go to stderr; `RUST_LOG` overrides `default`.

@@ -68,9 +68,13 @@ func main() {
 			os.Exit(cli.Run(cmd))
 		case "kubectl":
 			// The e2e suites drive the API server the way operators do
-			// (`kubectl create`, `kubectl apply --dry-run=server`).
+			// (`kubectl create`, `kubectl apply --dry-run=server`, plugins
+			// such as `kubectl svcplane`). kubectl finds plugins by reading
+			// os.Args itself, so drop our own argv[0] first: os.Args is then
+			// exactly what a standalone kubectl would see.
+			os.Args = os.Args[1:]
 			cmd := kubectlcmd.NewDefaultKubectlCommand()
-			cmd.SetArgs(os.Args[2:])
+			cmd.SetArgs(os.Args[1:])
 			os.Exit(cli.Run(cmd))
 		}
 	}

@@ -224,11 +224,38 @@ pub fn is_terminating<P: PodView>(pod: &P) -> bool {
     pod.deletion_timestamp().is_some()
 }
 
-/// Whether the Pod can be an endpoint at all. The EndpointSlice controller
-/// always includes terminating Pods; the Endpoints controller only with
-/// `publishNotReadyAddresses`.
+/// Why a Pod cannot be an endpoint at all (endpoints-spec §1.2), in the order
+/// the rules are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ineligible {
+    /// `status.phase` is `Succeeded` or `Failed`.
+    Terminal,
+    /// Neither `status.podIP` nor `status.podIPs` is set.
+    NoIp,
+    /// Being deleted, and the caller does not include terminating Pods.
+    Terminating,
+}
+
+/// Why the Pod cannot be an endpoint, or `None` when it can. The
+/// EndpointSlice controller always includes terminating Pods; the Endpoints
+/// controller only with `publishNotReadyAddresses`.
+#[inline]
+pub fn ineligibility<P: PodView>(pod: &P, include_terminating: bool) -> Option<Ineligible> {
+    if is_terminal(pod) {
+        Some(Ineligible::Terminal)
+    } else if !has_ip(pod) {
+        Some(Ineligible::NoIp)
+    } else if !include_terminating && is_terminating(pod) {
+        Some(Ineligible::Terminating)
+    } else {
+        None
+    }
+}
+
+/// Whether the Pod can be an endpoint at all (see [`ineligibility`]).
+#[inline]
 pub fn is_eligible<P: PodView>(pod: &P, include_terminating: bool) -> bool {
-    !is_terminal(pod) && has_ip(pod) && (include_terminating || !is_terminating(pod))
+    ineligibility(pod, include_terminating).is_none()
 }
 
 /// The hostname to publish: `spec.hostname` when the Pod's subdomain names

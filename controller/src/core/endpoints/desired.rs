@@ -1,7 +1,9 @@
 //! Subsets from the Pods a Service selects (endpoints-spec §4.2 steps 1–5),
 //! repacked (step 6).
 
-use k8s_openapi::api::core::v1::{EndpointAddress, EndpointSubset, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{
+    EndpointAddress, EndpointSubset, ObjectReference, Service, ServicePort,
+};
 
 use super::capacity;
 use super::repack::{self, Entry, PortKey};
@@ -38,14 +40,20 @@ pub fn primary_family(service: &Service) -> Option<Family> {
 /// The Pod's address for the Service: the first `status.podIPs` entry of the
 /// family, canonical. Unparseable IPs are skipped (§1.4).
 pub fn pod_address<P: PodView>(family: Option<Family>, p: &P) -> Option<String> {
-    let family = family.unwrap_or_else(|| match p.pod_ip().and_then(ip::family_of) {
-        Some(Family::V6) => Family::V6,
-        _ => Family::V4,
-    });
+    let family = family.unwrap_or_else(|| pod_family(p));
     p.pod_ips()
         .filter_map(ip::canonical)
         .find(|(_, f)| *f == family)
         .map(|(s, _)| s)
+}
+
+/// The family a headless Service without `ipFamilies` takes from a Pod: its
+/// `podIP`'s (IPv4 when unset or unparseable).
+pub fn pod_family<P: PodView>(p: &P) -> Family {
+    match p.pod_ip().and_then(ip::family_of) {
+        Some(Family::V6) => Family::V6,
+        _ => Family::V4,
+    }
 }
 
 /// The address of an eligible Pod (§4.2 step 3). `nodeName` is omitted when
@@ -107,41 +115,90 @@ pub fn capped_subsets<P: PodView>(
     (subsets, total, truncated)
 }
 
-/// Builds the repack entries for `pods` and hands them to `f`.
-fn with_entries<P: PodView, R>(
-    service: &Service,
-    pods: &[&P],
-    f: impl FnOnce(&[Entry<'_>]) -> R,
-) -> (R, DesiredCounts) {
-    let spec = service.spec.as_ref();
-    let pnr = spec
-        .and_then(|s| s.publish_not_ready_addresses)
-        .unwrap_or(false);
-    let service_ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
-    let headless = spec.and_then(|s| s.cluster_ip.as_deref()) == Some(CLUSTER_IP_NONE);
-    let family = primary_family(service);
+/// What the Endpoints controller makes of one selected Pod (endpoints-spec
+/// §4.2 steps 1–5): the rules of [`AddressRules::decide`], in the order they
+/// are checked.
+// The address is returned by value and moved straight into the entry list:
+// boxing it would cost an allocation per Pod on every sync.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum AddressDecision<'s> {
+    /// Terminal, without an IP, or (without `publishNotReadyAddresses`)
+    /// terminating (§1.2).
+    Ineligible(pod::Ineligible),
+    /// No IP of the family the object carries.
+    NoAddressOfFamily(Family),
+    /// The Service has no ports and is not headless: nothing is published.
+    ServiceHasNoPorts,
+    /// No Service port resolves on the Pod (a named `targetPort` it does not
+    /// declare): the address is left out.
+    NoPortResolved,
+    /// An address, ready or not, offered on these ports (none for a headless
+    /// Service without ports).
+    Address {
+        address: EndpointAddress,
+        ready: bool,
+        ports: Vec<PortKey<'s>>,
+    },
+}
 
-    // Owned addresses and ports first; the repack entries borrow them.
-    let mut built: Vec<(EndpointAddress, bool, Vec<PortKey<'_>>)> = Vec::with_capacity(pods.len());
-    for &p in pods {
-        if !pod::is_eligible(p, pnr) {
-            continue;
+/// The per-Service facts the per-Pod decision reads, computed once per sync.
+#[derive(Debug, Clone)]
+pub struct AddressRules<'s> {
+    service: &'s Service,
+    /// `publishNotReadyAddresses`.
+    pub publish_not_ready: bool,
+    service_ports: &'s [ServicePort],
+    headless: bool,
+    /// The family of the object ([`primary_family`]); `None`: per Pod.
+    pub family: Option<Family>,
+}
+
+impl<'s> AddressRules<'s> {
+    pub fn of(service: &'s Service) -> Self {
+        let spec = service.spec.as_ref();
+        AddressRules {
+            service,
+            publish_not_ready: spec
+                .and_then(|s| s.publish_not_ready_addresses)
+                .unwrap_or(false),
+            service_ports: spec.and_then(|s| s.ports.as_deref()).unwrap_or_default(),
+            headless: spec.and_then(|s| s.cluster_ip.as_deref()) == Some(CLUSTER_IP_NONE),
+            family: primary_family(service),
         }
-        let Some(ip) = pod_address(family, p) else {
-            continue;
+    }
+
+    /// Decides whether the selected Pod `p` gets an address in the Endpoints
+    /// object, ready or not, and on which ports. [`desired_subsets`] calls it
+    /// for every Pod; `svcplane explain` calls it to say why.
+    #[inline]
+    pub fn decide<P: PodView>(&self, p: &P) -> AddressDecision<'s> {
+        let pnr = self.publish_not_ready;
+        if let Some(reason) = pod::ineligibility(p, pnr) {
+            return AddressDecision::Ineligible(reason);
+        }
+        let Some(ip) = pod_address(self.family, p) else {
+            let family = self.family.unwrap_or_else(|| pod_family(p));
+            return AddressDecision::NoAddressOfFamily(family);
         };
-        let address = address_of(service, p, ip);
+        let address = address_of(self.service, p, ip);
         let ready = pnr || pod::is_ready(p);
-        if service_ports.is_empty() {
-            if headless {
-                built.push((address, ready, Vec::new()));
-            }
-            continue;
+        if self.service_ports.is_empty() {
+            return if self.headless {
+                AddressDecision::Address {
+                    address,
+                    ready,
+                    ports: Vec::new(),
+                }
+            } else {
+                AddressDecision::ServiceHasNoPorts
+            };
         }
         // Ports as keys borrowing the Service's strings: the same value
         // `PortKey::of` gives for the `EndpointPort` upstream builds, without
         // allocating strings per Pod.
-        let ports: Vec<PortKey<'_>> = service_ports
+        let ports: Vec<PortKey<'s>> = self
+            .service_ports
             .iter()
             .filter_map(|sp| {
                 pod::find_port(p, sp).map(|n| PortKey {
@@ -152,7 +209,33 @@ fn with_entries<P: PodView, R>(
                 })
             })
             .collect();
-        if !ports.is_empty() {
+        if ports.is_empty() {
+            return AddressDecision::NoPortResolved;
+        }
+        AddressDecision::Address {
+            address,
+            ready,
+            ports,
+        }
+    }
+}
+
+/// Builds the repack entries for `pods` and hands them to `f`.
+fn with_entries<P: PodView, R>(
+    service: &Service,
+    pods: &[&P],
+    f: impl FnOnce(&[Entry<'_>]) -> R,
+) -> (R, DesiredCounts) {
+    let rules = AddressRules::of(service);
+    // Owned addresses and ports first; the repack entries borrow them.
+    let mut built: Vec<(EndpointAddress, bool, Vec<PortKey<'_>>)> = Vec::with_capacity(pods.len());
+    for &p in pods {
+        if let AddressDecision::Address {
+            address,
+            ready,
+            ports,
+        } = rules.decide(p)
+        {
             built.push((address, ready, ports));
         }
     }

@@ -328,7 +328,7 @@ pub fn endpoint_ports(service: &Service, resolution: &[(usize, i32)]) -> Vec<End
 }
 
 /// Resolves every Service port on the Pod into `out` (cleared first).
-fn resolve_ports<P: PodView>(service: &Service, p: &P, out: &mut PortResolution) {
+pub fn resolve_ports<P: PodView>(service: &Service, p: &P, out: &mut PortResolution) {
     out.clear();
     let spec = service.spec.as_ref();
     let ports = spec.and_then(|s| s.ports.as_deref()).unwrap_or_default();
@@ -350,6 +350,108 @@ fn canonical_cow(s: &str) -> Option<(Cow<'_, str>, Family)> {
     Some((Cow::Owned(canon), family))
 }
 
+/// What the EndpointSlice controller makes of one selected Pod for one
+/// address type (endpoints-spec §2.4): the rules of [`endpoint_for`], in the
+/// order they are checked.
+#[derive(Debug, Clone)]
+pub enum EndpointDecision<'a> {
+    /// Terminal or without an IP (§1.2): no endpoint, and no port group.
+    Ineligible(pod::Ineligible),
+    /// `spec.nodeName` is empty or names a Node that does not exist, and the
+    /// Service does not publish not-ready addresses: the Pod is skipped and
+    /// the sync fails with [`node_not_found_message`] (§2.4 step 3).
+    NodeNotFound {
+        /// `spec.nodeName`, `None` when the Pod is not scheduled.
+        node: Option<&'a str>,
+    },
+    /// None of the Pod's IPs is of this address type.
+    NoAddressOfFamily,
+    /// An endpoint. `node_found` is false when the Node is missing but
+    /// `publishNotReadyAddresses` keeps the Pod anyway.
+    Endpoint {
+        endpoint: DesiredEndpoint<'a>,
+        node_found: bool,
+    },
+}
+
+/// The error a Pod whose Node is missing adds to the sync (upstream's text).
+pub fn node_not_found_message(service: &Service, pod: &str, node: Option<&str>) -> String {
+    format!(
+        "skipping Pod {} for Service {}/{}: Node {} Not Found",
+        pod,
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default(),
+        node.unwrap_or_default(),
+    )
+}
+
+/// Decides whether the selected Pod `p` is an endpoint of `family`, and with
+/// which fields (§2.4–§2.6). [`desired_endpoints`] calls it for every Pod;
+/// `svcplane explain` calls it to say why.
+#[inline]
+pub fn endpoint_for<'a, P: PodView>(
+    service: &'a Service,
+    p: &'a P,
+    nodes: &'a dyn NodeLookup,
+    family: Family,
+    publish_not_ready: bool,
+) -> EndpointDecision<'a> {
+    if let Some(reason) = pod::ineligibility(p, true) {
+        return EndpointDecision::Ineligible(reason);
+    }
+    let node_name = p.node_name().filter(|n| !n.is_empty());
+    let node = node_name.and_then(|n| nodes.node(n));
+    if node.is_none() && !publish_not_ready {
+        return EndpointDecision::NodeNotFound { node: node_name };
+    }
+    let mut addresses = p
+        .pod_ips()
+        .filter_map(canonical_cow)
+        .filter(|(_, f)| *f == family)
+        .map(|(a, _)| a);
+    let Some(mut first_address) = addresses.next() else {
+        return EndpointDecision::NoAddressOfFamily;
+    };
+    let mut more_addresses: Vec<Cow<'a, str>> = addresses.collect();
+    if !more_addresses.is_empty() {
+        more_addresses.push(first_address);
+        more_addresses.sort_unstable();
+        first_address = more_addresses.remove(0);
+    }
+    let serving = pod::is_ready(p);
+    let terminating = pod::is_terminating(p);
+    let zone = node
+        .and_then(|n| n.metadata.labels.as_ref())
+        .and_then(|l| l.get(LABEL_ZONE))
+        .map(String::as_str)
+        .filter(|z| !z.is_empty());
+    EndpointDecision::Endpoint {
+        endpoint: DesiredEndpoint {
+            first_address,
+            more_addresses,
+            hostname: pod::published_hostname(p, service),
+            node_name,
+            zone,
+            namespace: p.namespace(),
+            name: p.name(),
+            uid: p.uid().filter(|u| !u.is_empty()),
+            ready: publish_not_ready || (serving && !terminating),
+            serving,
+            terminating,
+        },
+        node_found: node.is_some(),
+    }
+}
+
+/// Whether the Service publishes not-ready addresses.
+pub fn publishes_not_ready(service: &Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.publish_not_ready_addresses)
+        .unwrap_or(false)
+}
+
 /// Builds the desired endpoints of `family` from `pods` (already filtered to
 /// the Service's namespace and selector). Member order follows `pods`;
 /// placement sorts what it has to place, so input order never shows.
@@ -359,11 +461,7 @@ pub fn desired_endpoints<'a, P: PodView>(
     nodes: &'a dyn NodeLookup,
     family: Family,
 ) -> Desired<'a> {
-    let publish_not_ready = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.publish_not_ready_addresses)
-        .unwrap_or(false);
+    let publish_not_ready = publishes_not_ready(service);
     let mut out = Desired {
         endpoints: Vec::with_capacity(pods.len()),
         ..Desired::default()
@@ -374,7 +472,8 @@ pub fn desired_endpoints<'a, P: PodView>(
     let mut last_group: Option<usize> = None;
 
     for &p in pods {
-        if !pod::is_eligible(p, true) {
+        let decision = endpoint_for(service, p, nodes, family, publish_not_ready);
+        if let EndpointDecision::Ineligible(_) = decision {
             continue;
         }
         resolve_ports(service, p, &mut resolution);
@@ -393,53 +492,17 @@ pub fn desired_endpoints<'a, P: PodView>(
             },
         };
         last_group = Some(group);
-        let node_name = p.node_name().filter(|n| !n.is_empty());
-        let node = node_name.and_then(|n| nodes.node(n));
-        if node.is_none() && !publish_not_ready {
-            out.errors.push(format!(
-                "skipping Pod {} for Service {}/{}: Node {} Not Found",
-                p.name(),
-                service.metadata.namespace.as_deref().unwrap_or_default(),
-                service.metadata.name.as_deref().unwrap_or_default(),
-                node_name.unwrap_or_default(),
-            ));
-            continue;
+        match decision {
+            EndpointDecision::Endpoint { endpoint, .. } => {
+                out.endpoints.push(endpoint);
+                member_lists[group].1.push(out.endpoints.len() - 1);
+            }
+            EndpointDecision::NodeNotFound { node } => {
+                out.errors
+                    .push(node_not_found_message(service, p.name(), node));
+            }
+            EndpointDecision::Ineligible(_) | EndpointDecision::NoAddressOfFamily => {}
         }
-        let mut addresses = p
-            .pod_ips()
-            .filter_map(canonical_cow)
-            .filter(|(_, f)| *f == family)
-            .map(|(a, _)| a);
-        let Some(mut first_address) = addresses.next() else {
-            continue;
-        };
-        let mut more_addresses: Vec<Cow<'a, str>> = addresses.collect();
-        if !more_addresses.is_empty() {
-            more_addresses.push(first_address);
-            more_addresses.sort_unstable();
-            first_address = more_addresses.remove(0);
-        }
-        let serving = pod::is_ready(p);
-        let terminating = pod::is_terminating(p);
-        let zone = node
-            .and_then(|n| n.metadata.labels.as_ref())
-            .and_then(|l| l.get(LABEL_ZONE))
-            .map(String::as_str)
-            .filter(|z| !z.is_empty());
-        out.endpoints.push(DesiredEndpoint {
-            first_address,
-            more_addresses,
-            hostname: pod::published_hostname(p, service),
-            node_name,
-            zone,
-            namespace: p.namespace(),
-            name: p.name(),
-            uid: p.uid().filter(|u| !u.is_empty()),
-            ready: publish_not_ready || (serving && !terminating),
-            serving,
-            terminating,
-        });
-        member_lists[group].1.push(out.endpoints.len() - 1);
     }
 
     let mut order: Vec<usize> = (0..member_lists.len()).collect();

@@ -64,6 +64,16 @@ impl Failure {
     }
 }
 
+/// A zone's share of `endpoints` ready endpoints (§3.3.2): the desired
+/// (fractional) number, `ratio · endpoints`, and the minimum it must get to
+/// stay under the overload threshold.
+pub fn zone_share(ratio: f64, endpoints: usize) -> (f64, usize) {
+    let desired = ratio * endpoints as f64;
+    // Upstream's exact float expression (not `desired / 1.2`).
+    let minimum = (desired * (1.0 / (1.0 + OVERLOAD_THRESHOLD))).ceil() as usize;
+    (desired, minimum)
+}
+
 /// The allocation per zone for `endpoints` ready endpoints (§3.3.2), or the
 /// safeguard that trips.
 pub fn allocations(
@@ -83,9 +93,7 @@ pub fn allocations(
     let mut min_total = 0usize;
     let mut out = BTreeMap::new();
     for (zone, ratio) in ratios.iter() {
-        let desired = ratio * endpoints as f64;
-        // Upstream's exact float expression (not `desired / 1.2`).
-        let minimum = (desired * (1.0 / (1.0 + OVERLOAD_THRESHOLD))).ceil() as usize;
+        let (desired, minimum) = zone_share(ratio, endpoints);
         min_total += minimum;
         if min_total > endpoints {
             return Err(Failure::MinAllocationExceedsThreshold { endpoints, zones });
@@ -249,20 +257,22 @@ fn redistribute(
 /// Runs the topology-cache algorithm over one pass (§3.3.2–§3.3.5): assigns
 /// zone hints to creates and updates, keeps valid hints on unchanged slices,
 /// records the allocation in `cache` and reports events. On a safeguard,
-/// hints are removed everywhere and the cache entry is cleared.
+/// hints are removed everywhere and the cache entry is cleared. Returns the
+/// hints allocated per zone, or the safeguard that tripped.
 pub fn add_hints<'e>(
     cache: &mut TopologyCache,
     ratios: Option<&ZoneRatios>,
     service_key: &str,
     pass: &mut PassSlices<'e>,
     events: &mut Vec<PlannedEvent>,
-) {
+) -> Result<ZoneCounts, Failure> {
     let first_moved = pass.updates.len();
     let mut moved: Vec<&'e EndpointSlice> = Vec::new();
-    match allocate(ratios, pass, &mut moved) {
+    let outcome = allocate(ratios, pass, &mut moved);
+    match &outcome {
         Ok(allocated) => {
             let was_populated = cache.has_populated_hints(service_key);
-            cache.set_hints(service_key, &pass.address_type, allocated);
+            cache.set_hints(service_key, &pass.address_type, allocated.clone());
             if !was_populated {
                 events.push(PlannedEvent::normal(
                     REASON_ENABLED,
@@ -280,6 +290,7 @@ pub fn add_hints<'e>(
         }
     }
     restore_noop_updates(pass, first_moved, &moved);
+    outcome
 }
 
 fn allocate<'e>(

@@ -23,7 +23,8 @@ mod tests;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 
-use self::cache::TopologyCache;
+use self::allocation::Failure;
+use self::cache::{TopologyCache, ZoneCounts};
 use self::nodes::ZoneRatios;
 use self::traffic_distribution::TrafficDistribution;
 use crate::core::endpointslice::hints::{HintsPolicy, PassSlices, remove_hints};
@@ -52,16 +53,25 @@ pub fn with_address_type(message: &str, address_type: &str) -> String {
     format!("{message}, addressType: {address_type}")
 }
 
-/// §3.1: the legacy `topology-aware-hints` annotation wins whenever present
-/// (even empty), else `topology-mode`; only `Auto` and `auto` enable.
-pub fn hints_enabled(service: &Service) -> bool {
-    let Some(annotations) = service.metadata.annotations.as_ref() else {
-        return false;
-    };
-    let value = annotations
+/// §3.1: the annotation that decides whether hints are enabled, as `(key,
+/// value)`: the legacy `topology-aware-hints` whenever present (even empty),
+/// else `topology-mode`.
+pub fn hints_annotation(service: &Service) -> Option<(&'static str, &str)> {
+    let annotations = service.metadata.annotations.as_ref()?;
+    annotations
         .get(ANNOTATION_TOPOLOGY_AWARE_HINTS)
-        .or_else(|| annotations.get(ANNOTATION_TOPOLOGY_MODE));
-    matches!(value.map(String::as_str), Some("Auto" | "auto"))
+        .map(|v| (ANNOTATION_TOPOLOGY_AWARE_HINTS, v.as_str()))
+        .or_else(|| {
+            annotations
+                .get(ANNOTATION_TOPOLOGY_MODE)
+                .map(|v| (ANNOTATION_TOPOLOGY_MODE, v.as_str()))
+        })
+}
+
+/// §3.1: only `Auto` and `auto` in the deciding annotation
+/// ([`hints_annotation`]) enable hints.
+pub fn hints_enabled(service: &Service) -> bool {
+    matches!(hints_annotation(service), Some((_, "Auto" | "auto")))
 }
 
 /// Which hints a Service gets (§2.11, §3.1 precedence).
@@ -138,18 +148,39 @@ impl TopologyPolicy {
     }
 }
 
-impl HintsPolicy for TopologyPolicy {
-    fn apply(
+/// What [`TopologyPolicy`] decided for one address type of one Service.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HintsDecision {
+    /// Annotation `Auto`: the hints allocated per zone, or the safeguard that
+    /// switched hints off.
+    Auto(Result<ZoneCounts, Failure>),
+    /// `spec.trafficDistribution`: same-zone (and for `PreferSameNode`
+    /// same-node) hints on ready endpoints.
+    TrafficDistribution(TrafficDistribution),
+    /// Neither: every hint is removed.
+    Disabled,
+}
+
+impl TopologyPolicy {
+    /// The §2.11 dispatch for one pass: assigns or removes hints and reports
+    /// events, returning what was decided. [`HintsPolicy::apply`] is this
+    /// without the answer; `svcplane explain` keeps it.
+    pub fn apply_and_decide(
         &mut self,
         service: &Service,
         pass: &mut PassSlices<'_>,
         events: &mut Vec<PlannedEvent>,
-    ) {
+    ) -> HintsDecision {
         let key = object_key(&service.metadata);
         let mode = HintsMode::of_service(service);
         if mode == HintsMode::Auto {
-            allocation::add_hints(&mut self.cache, self.ratios.as_ref(), &key, pass, events);
-            return;
+            return HintsDecision::Auto(allocation::add_hints(
+                &mut self.cache,
+                self.ratios.as_ref(),
+                &key,
+                pass,
+                events,
+            ));
         }
         if self.cache.has_populated_hints(&key) {
             events.push(PlannedEvent::warning(
@@ -159,8 +190,25 @@ impl HintsPolicy for TopologyPolicy {
         }
         self.cache.remove_hints(&key, &pass.address_type);
         match mode {
-            HintsMode::TrafficDistribution(td) => td.reconcile_hints(pass),
-            HintsMode::Auto | HintsMode::Disabled => remove_hints(pass),
+            HintsMode::TrafficDistribution(td) => {
+                td.reconcile_hints(pass);
+                HintsDecision::TrafficDistribution(td)
+            }
+            HintsMode::Auto | HintsMode::Disabled => {
+                remove_hints(pass);
+                HintsDecision::Disabled
+            }
         }
+    }
+}
+
+impl HintsPolicy for TopologyPolicy {
+    fn apply(
+        &mut self,
+        service: &Service,
+        pass: &mut PassSlices<'_>,
+        events: &mut Vec<PlannedEvent>,
+    ) {
+        self.apply_and_decide(service, pass, events);
     }
 }

@@ -1,0 +1,136 @@
+//! Reading a live cluster into a [`World`]: the same kinds a dump holds,
+//! with `list` only — `explain` never writes, so read-only RBAC is enough
+//! (`get, list` on services, pods, nodes, endpointslices, endpoints,
+//! ipaddresses and allocationclaims).
+//!
+//! `explain service|pod` reads one namespace (and every Node, for zones and
+//! CPU); `explain ip|nodeport` reads every Service, IPAddress and
+//! AllocationClaim. A kind the API server does not serve (404: IPAddress
+//! before 1.33, AllocationClaim without svcplane's CRD) is recorded as
+//! [`Availability::NotServed`] rather than failing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::IPAddress;
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use svcplane_webhook::claim::AllocationClaim;
+use tracing::debug;
+
+use super::ExplainError;
+use super::world::{Availability, Source, World};
+use crate::plan::snapshot::Key;
+
+/// What to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Services, Pods, EndpointSlices and Endpoints of one namespace, and
+    /// every Node.
+    Namespace(String),
+    /// Every Service, IPAddress and AllocationClaim.
+    Allocations,
+}
+
+/// Lists every object of `api`; `None` when the kind is not served (404).
+async fn list<K>(api: Api<K>, what: &str) -> Result<Option<Vec<K>>, ExplainError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            debug!(kind = what, count = list.items.len(), "listed");
+            Ok(Some(list.items))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(ExplainError::Api {
+            what: format!("listing {what}"),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Lists a kind that must be served.
+async fn list_required<K>(api: Api<K>, what: &str) -> Result<Vec<K>, ExplainError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    list(api, what).await?.ok_or_else(|| ExplainError::Api {
+        what: format!("listing {what}"),
+        message: "the API server does not serve this kind (404)".to_owned(),
+    })
+}
+
+fn keyed<K: Resource>(items: Vec<K>) -> BTreeMap<Key, Arc<K>> {
+    items
+        .into_iter()
+        .map(|o| {
+            let meta = o.meta();
+            let key = Key {
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name: meta.name.clone().unwrap_or_default(),
+            };
+            (key, Arc::new(o))
+        })
+        .collect()
+}
+
+fn named<K: Resource>(items: Vec<K>) -> BTreeMap<String, K> {
+    items
+        .into_iter()
+        .map(|o| (o.meta().name.clone().unwrap_or_default(), o))
+        .collect()
+}
+
+/// Reads `scope` from the cluster behind `client`.
+pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> {
+    let mut world = World::empty(Source::Cluster);
+    match scope {
+        Scope::Namespace(ns) => {
+            let (services, pods, slices, endpoints, nodes) = futures::try_join!(
+                list_required(Api::<Service>::namespaced(client.clone(), ns), "services"),
+                list_required(Api::<Pod>::namespaced(client.clone(), ns), "pods"),
+                list_required(
+                    Api::<EndpointSlice>::namespaced(client.clone(), ns),
+                    "endpointslices"
+                ),
+                list_required(
+                    Api::<Endpoints>::namespaced(client.clone(), ns),
+                    "endpoints"
+                ),
+                list_required(Api::<Node>::all(client.clone()), "nodes"),
+            )?;
+            world.snapshot.services = keyed(services);
+            world.snapshot.pods = keyed(pods);
+            world.snapshot.endpoint_slices = keyed(slices);
+            world.snapshot.endpoints = keyed(endpoints);
+            world.snapshot.nodes = nodes
+                .into_iter()
+                .map(|n| (n.metadata.name.clone().unwrap_or_default(), Arc::new(n)))
+                .collect();
+        }
+        Scope::Allocations => {
+            let (services, addresses, claims) = futures::try_join!(
+                list_required(Api::<Service>::all(client.clone()), "services"),
+                list(Api::<IPAddress>::all(client.clone()), "ipaddresses"),
+                list(
+                    Api::<AllocationClaim>::all(client.clone()),
+                    "allocationclaims"
+                ),
+            )?;
+            world.snapshot.services = keyed(services);
+            match addresses {
+                Some(a) => world.ip_addresses = named(a),
+                None => world.ip_address_api = Availability::NotServed,
+            }
+            match claims {
+                Some(c) => world.claims = named(c),
+                None => world.claim_api = Availability::NotServed,
+            }
+        }
+    }
+    Ok(world)
+}
