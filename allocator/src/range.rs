@@ -204,6 +204,19 @@ impl Cidr {
             v >= self.network && v <= self.broadcast_u128()
         }
     }
+
+    /// The IPv4 broadcast address (`None` for IPv6, which has none).
+    pub fn broadcast(&self) -> Option<IpAddr> {
+        (self.family == IpFamily::V4).then(|| u128_to_ip(self.family, self.broadcast_u128()))
+    }
+
+    /// Does this CIDR contain `other`'s network address (same family)? With
+    /// [`Self::prefix`] this tells containment and overlap of prefixes apart.
+    pub fn contains_network_of(&self, other: &Cidr) -> bool {
+        self.family == other.family
+            && other.network >= self.network
+            && other.network <= self.broadcast_u128()
+    }
 }
 
 impl fmt::Display for Cidr {

@@ -231,7 +231,7 @@ pub struct WebhookArgs {
 }
 
 /// `--controllers` as kube-controller-manager reads it: `name` enables a controller,
-/// `-name` disables it, `*` enables every controller not disabled. The names and their
+/// `-name` disables it, `*` enables every on-by-default controller not disabled. The names and their
 /// aliases (kube-controller-manager's `endpoint`, `endpointslice-controller`, ...)
 /// come from the controller registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,9 +248,9 @@ impl ControllerList {
         if self.0.iter().any(|i| disabled(i)) {
             return false;
         }
-        self.0
-            .iter()
-            .any(|i| i == "*" || registry::canonical(i) == Some(name))
+        self.0.iter().any(|i| {
+            (i == "*" && registry::default_on(name)) || registry::canonical(i) == Some(name)
+        })
     }
 }
 
@@ -877,7 +877,11 @@ mod tests {
     fn run_defaults_match_kube_controller_manager_and_the_issue() {
         let r = run(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).unwrap();
         for name in registry::names() {
-            assert!(r.controllers.enables(name), "{name}");
+            assert_eq!(
+                r.controllers.enables(name),
+                registry::default_on(name),
+                "{name}"
+            );
         }
         assert_eq!(r.max_endpoints_per_slice, 100);
         assert_eq!(r.mirroring_max_endpoints_per_subset, 1000);

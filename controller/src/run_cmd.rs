@@ -127,6 +127,7 @@ impl RunOptions {
                 interval: args.allocator_repair_interval,
                 seed,
             },
+            service_cidr: crate::shell::controllers::servicecidr::Config { workers: 5 },
             identity: identity.clone(),
             list_page_size: 500,
         };
@@ -629,14 +630,23 @@ mod tests {
     #[test]
     fn controllers_come_from_the_registry_and_honour_aliases() {
         let o = from_flags(&["--webhook=false"]);
-        let all: Vec<&str> = crate::shell::registry::names().collect();
-        assert_eq!(o.controllers.enabled.iter().copied().collect::<Vec<_>>(), {
-            let mut a = all.clone();
-            a.sort_unstable();
-            a
-        });
+        let mut on: Vec<&str> = crate::shell::registry::names()
+            .filter(|n| crate::shell::registry::default_on(n))
+            .collect();
+        on.sort_unstable();
+        assert_eq!(
+            o.controllers.enabled.iter().copied().collect::<Vec<_>>(),
+            on,
+            "the default list is every on-by-default controller"
+        );
         let o = from_flags(&["--webhook=false", "--controllers=*,-endpoints-controller"]);
         assert!(!o.controllers.enabled.contains("endpoints"));
         assert!(o.controllers.enabled.contains("endpointslice"));
+        assert!(
+            !o.controllers.enabled.contains("servicecidr"),
+            "* = on by default"
+        );
+        let o = from_flags(&["--webhook=false", "--controllers=*,service-cidr-controller"]);
+        assert!(o.controllers.enabled.contains("servicecidr"));
     }
 }

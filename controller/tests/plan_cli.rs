@@ -151,6 +151,32 @@ fn read(path: &str) -> Vec<u8> {
 
 // ---------------------------------------------------------------- goldens
 
+/// allocation-spec §3: with ServiceCIDR objects in the input, the allocator's ranges
+/// are theirs: a new Service gets an address of the ready one, a Service in the
+/// terminating one is in range, one outside both is reported; with
+/// `--service-ranges-from=flags` the flag's range stands instead.
+#[test]
+fn service_cidr_objects_are_the_ranges() {
+    let input = root().join("tests/golden/inputs/service-cidrs.yaml");
+    let input = input.to_str().unwrap();
+    golden(
+        "service-cidrs.yaml",
+        &ok(plan(&["-f", input, "--controllers", "allocator"])),
+    );
+    let flags = ok(plan(&[
+        "-f",
+        input,
+        "--controllers",
+        "allocator",
+        "--service-cluster-ip-range",
+        "10.96.0.0/16",
+        "--service-ranges-from",
+        "flags",
+    ]));
+    assert!(flags.contains("shop/kept"), "{flags}");
+    assert!(flags.contains("10.101.0.20 is not within"), "{flags}");
+}
+
 #[test]
 fn example_yaml_golden() {
     golden("example.yaml", &ok(plan(&["-f", EXAMPLE])));

@@ -34,13 +34,18 @@ pub const ENV_EXTERNAL: &str = "SVCPLANE_E2E_KUBECONFIG";
 /// How long a harness may take to report ready.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The kube-controller-manager controllers the differential suite compares with:
+/// the three endpoint controllers and the ServiceCIDR controller.
+pub const UPSTREAM_CONTROLLERS: &str =
+    "endpointslice,endpoint,endpointslicemirroring,service-cidr-controller";
+
 /// Which control plane a suite needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
     /// kube-apiserver and etcd only: nothing but the test writes EndpointSlices.
     ApiServerOnly,
-    /// Also upstream kube-controller-manager running the endpointslice,
-    /// endpoint and endpointslicemirroring controllers (the differential oracle).
+    /// Also upstream kube-controller-manager running [`UPSTREAM_CONTROLLERS`]
+    /// (the differential oracle).
     UpstreamControllers,
 }
 
@@ -190,7 +195,8 @@ fn start(bin: &Path, flavor: Flavor) -> anyhow::Result<Cluster> {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if flavor == Flavor::UpstreamControllers {
-        cmd.arg("--kube-controller-manager");
+        cmd.arg("--kube-controller-manager")
+            .arg(format!("--controllers={}", UPSTREAM_CONTROLLERS));
     }
     let mut child = cmd.spawn().context("spawn")?;
     let stdin = child.stdin.take().context("no stdin pipe")?;

@@ -160,6 +160,7 @@ pub fn snapshot(fake: &FakeApi) -> Snapshot {
             .collect(),
         endpoint_slices: keyed(fake.objects_of::<EndpointSlice>().unwrap_or_default()),
         endpoints: keyed(fake.objects_of::<Endpoints>().unwrap_or_default()),
+        service_cidrs: Default::default(),
     }
 }
 

@@ -42,8 +42,13 @@ const CONVERGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Polls in a row (300 ms apart) both must agree, with svcplane writing nothing.
 const STABLE_POLLS: usize = 5;
 
-/// The suite's one `svcplane run`, on the harness without upstream controllers.
+/// The suite's one `svcplane run`, on the harness without upstream controllers, with
+/// the ServiceCIDR controller on as upstream's harness runs kube-controller-manager's.
 static OURS: std::sync::OnceLock<SharedRun> = std::sync::OnceLock::new();
+
+fn ours_run(bin: &std::path::Path, ours: &envtest::Cluster) -> &'static SharedRun {
+    OURS.get_or_init(|| SharedRun::start(bin, &ours.kubeconfig, &["--controllers=*,servicecidr"]))
+}
 
 struct Scenario {
     name: &'static str,
@@ -216,7 +221,7 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
     let Some(bin) = svcplane_bin_or_skip(&test) else {
         return Ok(());
     };
-    let run = OURS.get_or_init(|| SharedRun::start(&bin, &ours.kubeconfig, &[]));
+    let run = ours_run(&bin, &ours);
     let (uc, oc) = (upstream.client().await?, ours.client().await?);
     let ns = envtest::create_namespace(&uc, &format!("diff-{}-", s.name.replace('_', "-"))).await?;
     envtest::create_namespace(&oc, &ns).await?;
@@ -713,4 +718,157 @@ async fn traffic_distribution_prefer_close() -> anyhow::Result<()> {
     }
     s.services = vec![service];
     run(s).await
+}
+
+// --- ServiceCIDRs ------------------------------------------------------------------
+
+/// What the ServiceCIDR controller decides about one object, as compared: whether it
+/// exists, is being deleted, its finalizers and its conditions (type, status, reason,
+/// message; not the transition time).
+async fn cidr_view(client: &Client, name: &str) -> anyhow::Result<Value> {
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let Some(c) = Api::<ServiceCIDR>::all(client.clone())
+        .get_opt(name)
+        .await?
+    else {
+        return Ok(json!({"exists": false}));
+    };
+    let conditions: Vec<Value> = c
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| json!([c.type_, c.status, c.reason, c.message]))
+        .collect();
+    Ok(json!({
+        "exists": true,
+        "deleting": c.metadata.deletion_timestamp.is_some(),
+        "finalizers": c.metadata.finalizers.unwrap_or_default(),
+        "conditions": conditions,
+    }))
+}
+
+/// Waits until both clusters show the same for `names` and it holds still.
+async fn compare_cidrs(
+    stage: &str,
+    uc: &Client,
+    oc: &Client,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    let (mut stable, mut last) = (0, None);
+    loop {
+        let mut got = Vec::new();
+        let mut want = Vec::new();
+        for n in names {
+            got.push(cidr_view(uc, n).await?);
+            want.push(cidr_view(oc, n).await?);
+        }
+        stable = if got == want && last.as_ref() == Some(&want) {
+            stable + 1
+        } else {
+            0
+        };
+        if stable >= STABLE_POLLS {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            assert_eq!(
+                serde_json::to_string_pretty(&got)?,
+                serde_json::to_string_pretty(&want)?,
+                "service_cidrs ({stage}): upstream kube-controller-manager (left) vs svcplane run (right)"
+            );
+        }
+        last = Some(want);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// allocation-spec §6: the ServiceCIDR controller on both sides — the default
+/// `kubernetes` object and a new one get the finalizer and `Ready=True`; deleted while
+/// a Service's address depends on it alone, it turns `Ready=False, Terminating` and
+/// stays; once the Service is gone it goes (after the 10 s grace).
+#[tokio::test]
+async fn service_cidr_lifecycle() -> anyhow::Result<()> {
+    use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
+    let test = "differential::service_cidr_lifecycle".to_owned();
+    let Some([upstream, ours]) =
+        envtest::clusters([Flavor::UpstreamControllers, Flavor::ApiServerOnly], &test)
+    else {
+        return Ok(());
+    };
+    let Some(bin) = svcplane_bin_or_skip(&test) else {
+        return Ok(());
+    };
+    ours_run(&bin, &ours);
+    let (uc, oc) = (upstream.client().await?, ours.client().await?);
+    let name = "diff-extra";
+    let mut cidr = ServiceCIDR::default();
+    cidr.metadata.name = Some(name.into());
+    cidr.spec = Some(ServiceCIDRSpec {
+        cidrs: Some(vec!["10.200.0.0/24".into()]),
+    });
+    for c in [&uc, &oc] {
+        Api::<ServiceCIDR>::all(c.clone())
+            .create(&PostParams::default(), &cidr)
+            .await?;
+    }
+    compare_cidrs("created", &uc, &oc, &["kubernetes", name]).await?;
+
+    // A Service takes an address only the new range covers, then the range is deleted.
+    let ns = envtest::create_namespace(&uc, "diff-cidr-").await?;
+    envtest::create_namespace(&oc, &ns).await?;
+    let mut user = svc("user").port("http", 80, 8080).build();
+    user.metadata.namespace = Some(ns.clone());
+    if let Some(spec) = user.spec.as_mut() {
+        spec.cluster_ip = Some("10.200.0.10".into());
+        spec.cluster_ips = Some(vec!["10.200.0.10".into()]);
+    }
+    // The new range must be ready on each side before it serves the address.
+    for c in [&uc, &oc] {
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            // Not `create_service`: it clears hand-picked addresses.
+            let created = Api::<Service>::namespaced(c.clone(), &ns)
+                .create(&PostParams::default(), &user)
+                .await;
+            match created {
+                Ok(_) => break,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    for c in [&uc, &oc] {
+        Api::<ServiceCIDR>::all(c.clone())
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    compare_cidrs("deleted while in use", &uc, &oc, &[name]).await?;
+    let view = cidr_view(&oc, name).await?;
+    assert_eq!(view["deleting"], true, "{view}");
+    assert_eq!(
+        view["conditions"][0][2], "Terminating",
+        "kept while the Service's address depends on it: {view}"
+    );
+
+    // The Service goes: so does the range, after the grace period.
+    for c in [&uc, &oc] {
+        Api::<Service>::namespaced(c.clone(), &ns)
+            .delete("user", &DeleteParams::default())
+            .await?;
+    }
+    // Each side waits out the grace counted from the start of the deletion.
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    while cidr_view(&uc, name).await?["exists"] == true && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    compare_cidrs("released", &uc, &oc, &[name]).await?;
+    assert_eq!(cidr_view(&oc, name).await?["exists"], false);
+    envtest::delete_namespace(&uc, &ns).await;
+    envtest::delete_namespace(&oc, &ns).await;
+    Ok(())
 }

@@ -226,7 +226,15 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
         Ok(s.len() == 1 && !view(&s[0]).contains_key("10.0.0.1"))
     })
     .await?;
-    assert_eq!(written, (0, 1, 0, 1), "a deleted Pod");
+    // kube-apiserver reports a deleted Pod in two watch events, even with a grace
+    // period of 0: first the Pod with a deletionTimestamp (the endpoint becomes
+    // terminating), then its removal. Upstream's controller writes once per event it
+    // sees separately, so one or two slice updates are both upstream behaviour; the
+    // Endpoints object drops the terminating Pod at the first event.
+    assert!(
+        matches!(written, (0, 1..=2, 0, 1)),
+        "a deleted Pod: {written:?}"
+    );
     // web-5 arrives, ready:
     let before = run.writes();
     create_pods(

@@ -117,6 +117,7 @@ async fn the_same_snapshot_gives_the_same_writes_and_events_in_plan_and_run() {
             ],
             max_endpoints_per_slice: 100,
             allocator: run_env::allocator(),
+            follow_service_cidrs: true,
         },
     );
 

@@ -16,5 +16,6 @@ pub mod mirroring;
 pub mod nodes;
 pub mod pod;
 pub mod selector;
+pub mod servicecidr;
 pub mod topology;
 pub mod trigger_time;

@@ -26,6 +26,7 @@ use crate::core::selector::selector_matches_pod;
 use crate::core::topology::TopologyPolicy;
 use crate::core::trigger_time::TriggerTimeTracker;
 
+use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocatorConfig, ConfigError};
 
 use self::input::InputError;
@@ -64,6 +65,9 @@ pub struct PlanOptions {
     pub max_endpoints_per_slice: usize,
     /// `--service-cluster-ip-range` and `--service-node-port-range`.
     pub allocator: AllocatorConfig,
+    /// Take the ClusterIP ranges from the input's ServiceCIDR objects when it has any
+    /// (`--service-ranges-from=cluster`, the default).
+    pub follow_service_cidrs: bool,
 }
 
 /// Seed of the allocator's random picks in `plan`: fixed, so a plan is
@@ -78,6 +82,7 @@ impl TryFrom<&PlanArgs> for PlanOptions {
             controllers: args.controllers.clone(),
             max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
             allocator: args.ranges.config()?,
+            follow_service_cidrs: args.ranges.follow_cluster(),
         })
     }
 }
@@ -185,7 +190,17 @@ fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator
         .values()
         .map(|s| Service::clone(s))
         .collect();
-    svcplane_allocator::plan_allocations(&services, &options.allocator, ALLOCATOR_SEED)
+    let views: Vec<ServiceCidrView> = snapshot
+        .service_cidrs
+        .values()
+        .map(|c| ServiceCidrView::of(c))
+        .collect();
+    let from_cluster = options
+        .follow_service_cidrs
+        .then(|| options.allocator.with_service_cidrs(&views))
+        .flatten();
+    let ranges = from_cluster.as_ref().unwrap_or(&options.allocator);
+    svcplane_allocator::plan_allocations(&services, ranges, ALLOCATOR_SEED)
 }
 
 fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::Metadata;
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -38,6 +39,9 @@ pub struct Snapshot {
     /// Not read by the EndpointSlice controller; kept for the Endpoints and
     /// mirroring controllers.
     pub endpoints: BTreeMap<Key, Arc<Endpoints>>,
+    /// `networking.k8s.io/v1` ServiceCIDRs, by name: where present they are the
+    /// cluster's ClusterIP ranges (for the allocator).
+    pub service_cidrs: BTreeMap<String, Arc<ServiceCIDR>>,
 }
 
 fn in_namespace<T>(map: &BTreeMap<Key, Arc<T>>, namespace: &str) -> Vec<Arc<T>> {
@@ -102,6 +106,7 @@ enum Kind {
     Node,
     EndpointSlice,
     Endpoints,
+    ServiceCidr,
 }
 
 impl Kind {
@@ -112,6 +117,7 @@ impl Kind {
             "Node" => Kind::Node,
             "EndpointSlice" => Kind::EndpointSlice,
             "Endpoints" => Kind::Endpoints,
+            "ServiceCIDR" => Kind::ServiceCidr,
             _ => return None,
         })
     }
@@ -119,12 +125,13 @@ impl Kind {
     fn api_version(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::ServiceCidr => "networking.k8s.io/v1",
             Kind::Service | Kind::Pod | Kind::Node | Kind::Endpoints => "v1",
         }
     }
 
     fn namespaced(self) -> bool {
-        self != Kind::Node
+        !matches!(self, Kind::Node | Kind::ServiceCidr)
     }
 }
 
@@ -177,6 +184,13 @@ impl SnapshotBuilder {
             Kind::Node => decode::<Node>(value).and_then(|node| {
                 let key = key_of(&node)?;
                 self.snapshot.nodes.insert(key.name.clone(), Arc::new(node));
+                Ok(key)
+            }),
+            Kind::ServiceCidr => decode::<ServiceCIDR>(value).and_then(|cidr| {
+                let key = key_of(&cidr)?;
+                self.snapshot
+                    .service_cidrs
+                    .insert(key.name.clone(), Arc::new(cidr));
                 Ok(key)
             }),
         };

@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use k8s_openapi::NamespaceResourceScope;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -216,6 +216,34 @@ impl Writer {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(self.fail("delete", resource, namespace, name, e)),
+        }
+    }
+
+    /// PATCH a cluster-scoped object (or its status); a 404 counts as success (the
+    /// object is gone, nothing left to change).
+    pub(crate) async fn patch_cluster<K>(
+        &self,
+        resource: &'static str,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<serde_json::Value>,
+        status: bool,
+    ) -> Result<(), WriteError>
+    where
+        K: Resource<Scope = ClusterResourceScope> + Clone + DeserializeOwned + fmt::Debug,
+        K::DynamicType: Default,
+    {
+        self.metrics.api_write("patch", resource);
+        let api: Api<K> = Api::all(self.client.clone());
+        let result = if status {
+            api.patch_status(name, params, patch).await.map(|_| ())
+        } else {
+            api.patch(name, params, patch).await.map(|_| ())
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(self.fail("patch", resource, "", name, e)),
         }
     }
 }

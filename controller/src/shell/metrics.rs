@@ -328,6 +328,7 @@ impl Metrics {
         let cache_objects: Family<ResourceLabels, Gauge> = Family::default();
         let events_dropped = Counter::default();
         let webhook = WebhookMetrics::default();
+        webhook.register_capacity(&mut r);
         let s = r.sub_registry_with_prefix("svcplane");
         webhook.register(s);
         s.register(

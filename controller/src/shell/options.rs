@@ -7,6 +7,7 @@ use super::controllers::allocator_repair;
 use super::controllers::endpoints as ep;
 use super::controllers::endpointslice as es;
 use super::controllers::mirroring as mirror;
+use super::controllers::servicecidr as cidr;
 
 /// Everything the controllers need to know.
 #[derive(Debug, Clone)]
@@ -17,6 +18,7 @@ pub struct ControllerOptions {
     pub endpoints: ep::Config,
     pub mirroring: mirror::Config,
     pub allocator_repair: allocator_repair::Config,
+    pub service_cidr: cidr::Config,
     /// `reportingInstance` of events.
     pub identity: String,
     /// Page size of the initial lists (0: no paging).

@@ -15,6 +15,7 @@ use super::controllers::allocator_repair::AllocatorRepair;
 use super::controllers::endpoints::EndpointsController;
 use super::controllers::endpointslice::EndpointSliceController;
 use super::controllers::mirroring::MirroringController;
+use super::controllers::servicecidr::ServiceCidrController;
 use super::controllers::{Build, Controller, Syncer};
 use super::queue::RateLimit;
 
@@ -27,6 +28,8 @@ pub(crate) struct Descriptor {
     pub(crate) aliases: &'static [&'static str],
     /// The resources it reads: watched while it runs, and listed before it starts.
     pub(crate) reads: &'static [Resource],
+    /// Whether `*` (and the default `--controllers`) includes it.
+    pub(crate) default_on: bool,
     /// Its API client user (its own request budget, as in kube-controller-manager).
     pub(crate) client_user: &'static str,
     /// Builds it.
@@ -51,6 +54,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             Resource::Nodes,
             Resource::EndpointSlices,
         ],
+        default_on: true,
         client_user: "endpointslice-controller",
         build: |b| {
             Arc::new(EndpointSliceController::new(
@@ -63,6 +67,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         name: "endpoints",
         aliases: &["endpoint", "endpoints-controller"],
         reads: &[Resource::Services, Resource::Pods, Resource::Endpoints],
+        default_on: true,
         client_user: "endpoint-controller",
         build: |b| {
             Arc::new(EndpointsController::new(
@@ -79,6 +84,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             Resource::EndpointSlices,
             Resource::Endpoints,
         ],
+        default_on: true,
         client_user: "endpointslice-mirroring-controller",
         build: |b| {
             Arc::new(MirroringController::new(
@@ -91,6 +97,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         name: "allocator-repair",
         aliases: &[],
         reads: &[Resource::Services, Resource::ServiceCidrs],
+        default_on: true,
         client_user: "allocator-repair",
         build: |b| {
             Arc::new(AllocatorRepair::new(
@@ -100,7 +107,28 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             ))
         },
     },
+    // Off by default: kube-controller-manager runs it on most clusters (disable it
+    // there with `--controllers=*,-service-cidr-controller` before enabling it here).
+    Descriptor {
+        name: "servicecidr",
+        aliases: &["service-cidr-controller"],
+        reads: &[Resource::ServiceCidrs, Resource::IpAddresses],
+        default_on: false,
+        client_user: "service-cidr-controller",
+        build: |b| {
+            Arc::new(ServiceCidrController::new(
+                // client-go's default controller limiter, as upstream's queue uses.
+                b.parts(RateLimit::ENDPOINTS, ServiceCidrController::QUEUE),
+                b.options.service_cidr,
+            ))
+        },
+    },
 ];
+
+/// Whether `*` includes the controller `name`.
+pub(crate) fn default_on(name: &str) -> bool {
+    CONTROLLERS.iter().any(|d| d.name == name && d.default_on)
+}
 
 /// The canonical name of the controller `name` or an alias names.
 pub(crate) fn canonical(name: &str) -> Option<&'static str> {
@@ -144,10 +172,20 @@ mod tests {
     }
 
     #[test]
-    fn every_controller_reads_services() {
+    fn every_pod_reader_reads_services() {
         // The dispatcher maps Pod changes through the Service store.
-        for d in CONTROLLERS {
+        for d in CONTROLLERS
+            .iter()
+            .filter(|d| d.reads.contains(&Resource::Pods))
+        {
             assert!(d.reads.contains(&Resource::Services), "{}", d.name);
         }
+    }
+
+    #[test]
+    fn the_service_cidr_controller_is_off_by_default() {
+        assert!(!default_on("servicecidr"));
+        assert_eq!(canonical("service-cidr-controller"), Some("servicecidr"));
+        assert!(default_on("endpointslice"));
     }
 }

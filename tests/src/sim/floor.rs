@@ -75,6 +75,7 @@ pub fn plan_actions(snapshot: &Snapshot, controllers: Vec<Controller>) -> Vec<Ac
         max_endpoints_per_slice:
             svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
         allocator: run_env::allocator(),
+        follow_service_cidrs: false,
     };
     let mut actions = Vec::new();
     for ns in namespaces {
@@ -84,6 +85,7 @@ pub fn plan_actions(snapshot: &Snapshot, controllers: Vec<Controller>) -> Vec<Ac
             nodes: snapshot.nodes.clone(),
             endpoint_slices: namespace_of(&snapshot.endpoint_slices, ns),
             endpoints: namespace_of(&snapshot.endpoints, ns),
+            service_cidrs: snapshot.service_cidrs.clone(),
         };
         actions.extend(plan(&part, &options).actions);
     }
@@ -99,6 +101,7 @@ pub fn floor(start: &Snapshot, end: &Snapshot) -> Floor {
         nodes: end.nodes.clone(),
         endpoint_slices: start.endpoint_slices.clone(),
         endpoints: start.endpoints.clone(),
+        service_cidrs: end.service_cidrs.clone(),
     };
     let mut f = Floor::default();
     for a in plan_actions(

@@ -75,7 +75,16 @@ impl<C: ClaimStore> Webhook<C> {
                 warnings,
             } = decision
             else {
-                lock(&self.state).remove(&pending);
+                {
+                    let mut st = lock(&self.state);
+                    st.remove(&pending);
+                    if let MutateDecision::Deny(e) = &decision
+                        && !req.dry_run
+                    {
+                        let before = svcplane_allocator::SvcView::from_service(&req.service);
+                        self.metrics.capacity.refused(&st, &before, &e.to_string());
+                    }
+                }
                 return answer(review::review_response(
                     &req.uid,
                     &decision_of_mutate(decision),
@@ -90,7 +99,13 @@ impl<C: ClaimStore> Webhook<C> {
             }
             match self.claim_all(&me, &reserved).await {
                 Ok(true) => {
-                    lock(&self.state).remove(&pending);
+                    {
+                        let mut st = lock(&self.state);
+                        st.remove(&pending);
+                        let before = svcplane_allocator::SvcView::from_service(&req.service);
+                        self.metrics.capacity.allocated(&st, &before, &reserved);
+                        self.metrics.capacity.refresh(&st);
+                    }
                     info!(values = ?reserved, "assigned");
                     return answer(review::review_response(
                         &req.uid,

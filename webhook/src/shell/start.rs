@@ -138,6 +138,12 @@ pub async fn start_watches(
         cancel.clone(),
     )
     .await;
+    tasks.push(tokio::spawn(refresh_capacity(
+        state.clone(),
+        readiness.clone(),
+        options.metrics.clone(),
+        cancel.clone(),
+    )));
     tasks.push(tokio::spawn(check_kubernetes_service(
         state.clone(),
         readiness.clone(),
@@ -169,6 +175,33 @@ pub async fn start_watches(
         metrics: options.metrics,
         ranges,
     })
+}
+
+/// How often the capacity gauges are recomputed (they also follow each allocation).
+const CAPACITY_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keeps the capacity gauges current: first once every source has listed (so they are
+/// there from the start), then every few seconds (deletes and range changes move
+/// them without any admission request).
+async fn refresh_capacity(
+    state: SharedState,
+    readiness: Arc<Readiness>,
+    metrics: WebhookMetrics,
+    cancel: CancellationToken,
+) {
+    while !readiness.all() {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        }
+    }
+    loop {
+        metrics.capacity.refresh(&watch::lock(&state));
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(CAPACITY_REFRESH) => {}
+        }
+    }
 }
 
 /// The ServiceCIDR watch of `svcplane webhook`: where the API server serves them (it

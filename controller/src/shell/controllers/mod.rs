@@ -15,6 +15,7 @@ pub(crate) mod dispatch;
 pub(crate) mod endpoints;
 pub(crate) mod endpointslice;
 pub(crate) mod mirroring;
+pub(crate) mod servicecidr;
 pub(crate) mod slice_writes;
 
 use std::future::Future;
