@@ -14,8 +14,9 @@
 //! (`tests/tests/e2e_*.rs`, `tests/tests/differential.rs`):
 //! - [`binary`]: the shipped `svcplane` binary as a separate process;
 //! - [`envtest`]: the `tests/envtest` harness (etcd + kube-apiserver, and
-//!   upstream kube-controller-manager for the differential suite), or an
-//!   external cluster via `SVCPLANE_E2E_KUBECONFIG`;
+//!   upstream kube-controller-manager for the differential suite), built on first
+//!   use, or an external cluster via `SVCPLANE_E2E_KUBECONFIG`;
+//! - [`skip`]: the one way a test skips, recorded for `scripts/test`'s summary;
 //! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status);
 //! - [`applier`]: running svcplane's pure reconciler against the API server;
 //! - [`normalize`]: comparing stored EndpointSlices across clusters.
@@ -28,4 +29,5 @@ pub mod normalize;
 pub mod objects;
 pub mod run_env;
 pub mod sim;
+pub mod skip;
 pub mod webhook_env;
