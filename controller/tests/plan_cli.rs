@@ -3,7 +3,7 @@
 //! Goldens live in `tests/golden/*.yaml|json`, inputs in `tests/golden/inputs/`.
 //! After an intended change to the output, regenerate every golden with
 //!
-//!     UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli
+//!     UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli
 //!
 //! and review the diff (`git diff controller/tests/golden`).
 
@@ -122,14 +122,14 @@ fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}\nregenerate with: UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+            "{}: {e}\nregenerate with: UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli",
             path.display()
         )
     });
     if expected != actual {
         panic!(
             "output differs from {}:\n{}\nIf the change is intended, regenerate with:\n  \
-             UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+             UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli",
             path.display(),
             diff(&expected, actual)
         );

@@ -23,6 +23,8 @@
 
 pub mod applier;
 pub mod binary;
+#[cfg(test)]
+mod docs_check;
 pub mod envtest;
 pub mod fake_api;
 pub mod normalize;

@@ -241,7 +241,7 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// endpoints-spec §7: ready, not ready, terminating, Pods without IPs and
+/// ES-2.4 and EP-4.2: ready, not ready, terminating, Pods without IPs and
 /// finished Pods.
 #[tokio::test]
 async fn conditions() -> anyhow::Result<()> {

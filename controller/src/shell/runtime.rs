@@ -1,7 +1,7 @@
 //! The leader's half of `svcplane run`: caches, watches, queues, workers.
 //!
 //! [`Controllers::start`] watches what the enabled controllers read, and once every one
-//! of those caches has finished its first list (endpoints-spec §1.7: workers never act
+//! of those caches has finished its first list (ES-1.7: workers never act
 //! on a partial picture) queues the start-up keys and starts the workers.
 //! [`Controllers::shutdown`] stops taking work, lets the syncs in flight finish their
 //! writes, then flushes queued events.

@@ -4,7 +4,7 @@
 //! mapped to Services once (through the Service store's selector index, never a scan
 //! of the namespace) and the keys go to the EndpointSlice and Endpoints controllers
 //! alike. Pods whose IPs cannot be parsed get a Warning event here, once per change,
-//! because the reconcilers skip such addresses silently (endpoints-spec §1.4).
+//! because the reconcilers skip such addresses silently (ES-1.4).
 
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ impl Dispatch {
         }
     }
 
-    /// The Services a Pod change affects (§2.1), from the selector index.
+    /// The Services a Pod change affects (ES-2.1), from the selector index.
     pub fn services_for_pod(&self, change: &Change<CachedPod>) -> Vec<String> {
         let services = self.cache.services.read();
         match change {

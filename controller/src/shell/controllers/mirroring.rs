@@ -1,6 +1,6 @@
-//! The EndpointSliceMirroring controller's shell (endpoints-spec §5): EndpointSlices
+//! The EndpointSliceMirroring controller's shell (MR-5): EndpointSlices
 //! for the hand-written Endpoints of selectorless Services, with the same stale-cache
-//! guard as the EndpointSlice controller (§2.10) over the slices it mirrors.
+//! guard as the EndpointSlice controller (ES-2.10) over the slices it mirrors.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,7 +66,7 @@ fn has_selector(s: &Service) -> bool {
         .is_some()
 }
 
-/// Keys a Service change queues (§5.1): a selectorless Service added or deleted, or
+/// Keys a Service change queues (MR-5.1): a selectorless Service added or deleted, or
 /// a selector appearing or disappearing.
 pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
     let queue = match change {
@@ -76,7 +76,7 @@ pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
     queue.then(|| key_of(&change.latest().metadata))
 }
 
-/// Keys an Endpoints change queues (§5.1): a mirrorable object added or deleted, an
+/// Keys an Endpoints change queues (MR-5.1): a mirrorable object added or deleted, an
 /// update where the old or the new version is mirrorable.
 pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
     let mirrorable = |e: &Endpoints| should_mirror(e).is_ok();
@@ -87,7 +87,7 @@ pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
     queue.then(|| key_of(&change.latest().metadata))
 }
 
-/// Keys a slice change queues: the tracker rules of §2.1, applied to mirrored slices.
+/// Keys a slice change queues: the tracker rules of ES-2.1, applied to mirrored slices.
 pub fn keys_for_slice(change: &Change<EndpointSlice>, tracker: &mut SliceTracker) -> Vec<String> {
     match change {
         Change::Added(s) => triggers::services_for_slice_add(s, tracker, CONTROLLER_NAME),
