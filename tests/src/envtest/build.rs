@@ -266,8 +266,9 @@ fn build(go: &str, source: &Path, bin: &Path, dir: &Path) -> Result<(), String> 
     let tmp = dir.join(format!("envtest.tmp-{}", std::process::id()));
     say(&format!(
         "building the real-control-plane harness (tests/envtest: etcd, kube-apiserver, \
-         kube-controller-manager, kubectl) with {go}: about 5 min on 2 cores with empty Go \
-         caches, under a minute warm; go's output goes to {}",
+         kube-controller-manager, kubectl) with {go}: the first build downloads about \
+         0.6 GB of modules and compiles Kubernetes, which takes many minutes (the README's \
+         Prerequisites give measured times); go's output goes to {}",
         log_path.display()
     ));
     let log = std::fs::File::create(&log_path)
