@@ -2,9 +2,9 @@
 //!
 //! A webhook must answer with the same status code, field path and message that
 //! kube-apiserver would. So allocator errors keep upstream's `Error()` strings
-//! (allocation-spec §2.5, §7.1), field errors render like apimachinery's
-//! `field.Error` (§8), and [`ServiceError`] says whether upstream answers
-//! 422 Invalid or 500 (§5.2, §7.2, §7.3, §9).
+//! (AL-2.5, AL-7.1), field errors render like apimachinery's
+//! `field.Error` (WH-8), and [`ServiceError`] says whether upstream answers
+//! 422 Invalid or 500 (AL-5.2, AL-7.2, AL-7.3, WH-9).
 
 use std::fmt;
 use std::net::IpAddr;

@@ -1,5 +1,5 @@
 //! Service IP-family resolution and clusterIP/clusterIPs normalisation
-//! (allocation-spec §4, §5.1, §8.3; upstream `initIPFamilyFields`,
+//! (AL-4, AL-5.1, WH-8.3; upstream `initIPFamilyFields`,
 //! `ValidateServiceClusterIPsRelatedFields`, `normalizeClusterIPs`,
 //! `patchAllocatedValues`, `dropTypeDependentFields`).
 //!
@@ -57,7 +57,7 @@ fn policy(v: &SvcView) -> &str {
     v.ip_family_policy.as_deref().unwrap_or("")
 }
 
-/// `ValidateServiceClusterIPsRelatedFields` (§8.3). Skipped for ExternalName.
+/// `ValidateServiceClusterIPsRelatedFields` (WH-8.3). Skipped for ExternalName.
 pub fn validate_cluster_ips_related_fields(v: &SvcView) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if v.is_external_name() {
@@ -190,7 +190,7 @@ pub fn validate_cluster_ips_related_fields(v: &SvcView) -> Vec<FieldError> {
     errs
 }
 
-/// Upstream `isMatchingPreferDualStackClusterIPFields` (§4 step 1).
+/// Upstream `isMatchingPreferDualStackClusterIPFields` (AL-4 step 1).
 pub fn is_matching_prefer_dual_stack(new: &SvcView, old: Option<&SvcView>) -> bool {
     let Some(old) = old else { return false };
     let Some(p) = &new.ip_family_policy else {
@@ -212,7 +212,7 @@ pub fn is_matching_prefer_dual_stack(new: &SvcView, old: Option<&SvcView>) -> bo
     old.cluster_ips == new.cluster_ips && old.ip_families == new.ip_families
 }
 
-/// `initIPFamilyFields` (§4): default `ipFamilyPolicy` and `ipFamilies`, reject
+/// `initIPFamilyFields` (AL-4): default `ipFamilyPolicy` and `ipFamilies`, reject
 /// inconsistent requests. Errors are the 422 causes, in upstream order.
 pub fn init_ip_family_fields(
     new: &mut SvcView,
@@ -356,7 +356,7 @@ pub fn init_ip_family_fields(
     Ok(())
 }
 
-/// `normalizeClusterIPs` (§5.1): keep `clusterIP` and `clusterIPs` in step for old clients.
+/// `normalizeClusterIPs` (AL-5.1): keep `clusterIP` and `clusterIPs` in step for old clients.
 pub fn normalize_cluster_ips(new: &mut SvcView, old: Option<&SvcView>) {
     let Some(old) = old else {
         if !new.cluster_ip.is_empty() && new.cluster_ips.is_empty() {
@@ -380,7 +380,7 @@ pub fn normalize_cluster_ips(new: &mut SvcView, old: Option<&SvcView>) {
     }
 }
 
-/// `patchAllocatedValues` (§5.1): an update that omits allocated values keeps them.
+/// `patchAllocatedValues` (AL-5.1): an update that omits allocated values keeps them.
 pub fn patch_allocated_values(new: &mut SvcView, old: &SvcView) {
     if old.needs_cluster_ip() && new.needs_cluster_ip() {
         if new.cluster_ip.is_empty() {

@@ -1,5 +1,5 @@
 //! ClusterIP allocation: one range ([`CidrAllocator`]) and one family's set of ranges
-//! ([`FamilyAllocator`], upstream's `MetaAllocator`), allocation-spec §2.3–§3.
+//! ([`FamilyAllocator`], upstream's `MetaAllocator`), AL-2.3 to AL-3.
 //!
 //! A range hands out addresses by offset from its first usable address. Dynamic picks
 //! start at a random offset in the upper (dynamic) band and wrap within it; only when it

@@ -1,7 +1,7 @@
 //! Pure ClusterIP and NodePort allocation engine for svcplane.
 //!
-//! Gives the same answers as kube-apiserver's Service allocators (see
-//! `allocation-spec.md`): banded dynamic allocation (KEP-3070, KEP-3668), IP-family
+//! Gives the same answers as kube-apiserver's Service allocators (the rules are
+//! `AL-x` in `docs/allocator.md`): banded dynamic allocation (KEP-3070, KEP-3668), IP-family
 //! resolution, create/update/delete transactions with upstream's error texts and status
 //! codes, rebuild from existing Services and repair findings. No I/O, no clocks:
 //! randomness is a seed and time a parameter.

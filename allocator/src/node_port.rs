@@ -1,4 +1,4 @@
-//! NodePort allocation (allocation-spec §7.1): the `--service-node-port-range`, its
+//! NodePort allocation (AL-7.1): the `--service-node-port-range`, its
 //! KEP-3668 bands and a bitmap of taken ports.
 //!
 //! Dynamic picks start at a random port in the upper band and wrap within it, then

@@ -1,4 +1,4 @@
-//! CIDR ranges and the KEP-3070 static/dynamic bands (allocation-spec §2.1–2.3).
+//! CIDR ranges and the KEP-3070 static/dynamic bands (AL-2.1 to AL-2.3).
 //!
 //! Everything about *which* addresses a Service CIDR offers lives here: parsing,
 //! usable-address rules per family (IPv4 drops network and broadcast, IPv6 only the
@@ -225,7 +225,7 @@ impl fmt::Display for Cidr {
     }
 }
 
-/// Usable addresses of the IPAddress allocator (§2.2): IPv4 `2^h − 2`, IPv6 `2^h − 1`,
+/// Usable addresses of the IPAddress allocator (AL-2.2): IPv4 `2^h − 2`, IPv6 `2^h − 1`,
 /// saturating at `u64::MAX` for `h >= 64`.
 pub fn usable_size(cidr: &Cidr) -> u64 {
     let h = cidr.host_bits();

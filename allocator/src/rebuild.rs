@@ -1,5 +1,5 @@
 //! Rebuild allocation state from the Services that exist (and, optionally, IPAddress
-//! objects), as upstream's repair loops do at start-up (allocation-spec §12).
+//! objects), as upstream's repair loops do at start-up (AL-12).
 //!
 //! Services are visited in (namespace, name) order; the first Service to claim a value
 //! owns it, later ones get a `...AlreadyAllocated` finding; values outside every range

@@ -1,5 +1,5 @@
 //! Repair findings: leaked, duplicated and out-of-range allocations, reported with the
-//! events upstream's repair controllers raise (allocation-spec §12).
+//! events upstream's repair controllers raise (AL-12).
 //!
 //! Pure diff functions: given Services, IPAddress objects or a stored NodePort bitmap,
 //! they return [`Finding`]s (event + the remedy upstream applies). The shell decides
@@ -210,7 +210,7 @@ fn parent_ref_str(ip: &IPAddress) -> String {
     }
 }
 
-/// ClusterIP repair in IPAddress mode (§12.1): compare Services with IPAddress objects.
+/// ClusterIP repair in IPAddress mode (AL-12.1): compare Services with IPAddress objects.
 /// `now` and each IPAddress's creation time are Unix seconds (time is a parameter).
 pub fn repair_ip_addresses(
     services: &[Service],
@@ -388,7 +388,7 @@ pub struct LeakTracker {
     counts: BTreeMap<i32, u32>,
 }
 
-/// NodePort repair pass (§12.3): rebuild the bitmap from `services` (sorted by
+/// NodePort repair pass (AL-12.3): rebuild the bitmap from `services` (sorted by
 /// namespace/name), compare with the `stored` bitmap and report. Ports in `stored` that
 /// no Service uses are kept for [`NUM_REPAIRS_BEFORE_LEAK_CLEANUP`] passes, then
 /// released. Returns the rebuilt allocator and the findings.

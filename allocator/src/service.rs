@@ -1,5 +1,5 @@
 //! Whole-Service allocation: create, update and delete, as the Service REST storage
-//! does it (allocation-spec §5, §7.2–§7.4; upstream `storage/alloc.go`).
+//! does it (AL-5, AL-7.2 to AL-7.4; upstream `storage/alloc.go`).
 //!
 //! [`Allocators`] bundles the per-family ClusterIP allocators, the NodePort allocator and
 //! the seeded RNG. Every operation returns a [`Transaction`]: values it allocated (to roll
@@ -401,7 +401,7 @@ impl Allocators {
         Ok(p)
     }
 
-    /// upstream `initNodePorts` (§7.2).
+    /// upstream `initNodePorts` (AL-7.2).
     fn init_node_ports(
         &mut self,
         v: &mut SvcView,
@@ -448,7 +448,7 @@ impl Allocators {
         Ok(())
     }
 
-    /// upstream `allocHealthCheckNodePort` (§7.3); failures are 500s.
+    /// upstream `allocHealthCheckNodePort` (AL-7.3); failures are 500s.
     fn alloc_health_check_node_port(
         &mut self,
         v: &mut SvcView,

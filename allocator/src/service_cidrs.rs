@@ -1,5 +1,5 @@
 //! Service ranges as the cluster declares them: `networking.k8s.io/v1` ServiceCIDR
-//! objects (allocation-spec §1.2, §3).
+//! objects (AL-2.1, AL-3).
 //!
 //! Since Kubernetes 1.33 a cluster's ClusterIP ranges are these objects, added and
 //! removed at run time; `--service-cluster-ip-range` only seeds the default one

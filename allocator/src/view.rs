@@ -67,7 +67,7 @@ pub struct SvcView {
 }
 
 impl SvcView {
-    /// Read a Service, applying the scheme defaults allocation depends on (§8.6).
+    /// Read a Service, applying the scheme defaults allocation depends on (WH-8.6).
     pub fn from_service(svc: &Service) -> Self {
         let default_spec = ServiceSpec::default();
         let spec = svc.spec.as_ref().unwrap_or(&default_spec);

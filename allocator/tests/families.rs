@@ -1,4 +1,4 @@
-//! allocation-spec §4 (IP-family resolution) and §5.1 (normalisation), one table per rule.
+//! AL-4 (IP-family resolution) and AL-5.1 (normalisation), one table per rule.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
@@ -22,7 +22,7 @@ fn create(
     al.allocate_create(&mut s, false).map(|_| s)
 }
 
-/// §4 steps 2, 10, 11: policy and family defaulting on create.
+/// AL-4 steps 2, 10, 11: policy and family defaulting on create.
 #[rstest]
 #[case::nil_policy_is_single_stack(V4, json!({"selector": {"a": "b"}, "ports": [{"port": 80}]}), "SingleStack", &["IPv4"][..])]
 #[case::nil_policy_dual_cluster_single(DUAL, json!({"selector": {"a": "b"}, "ports": [{"port": 80}]}), "SingleStack", &["IPv4"][..])]
@@ -44,7 +44,7 @@ fn family_defaulting(
     assert_eq!(families(&s), fams);
 }
 
-/// §4 steps 3, 5, 6, 8, 9: rejected combinations, with upstream's field paths and texts.
+/// AL-4 steps 3, 5, 6, 8, 9: rejected combinations, with upstream's field paths and texts.
 #[rstest]
 #[case::require_dual_on_single_cluster(V4, json!({"ipFamilyPolicy": "RequireDualStack"}),
     "spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services")]
@@ -84,7 +84,7 @@ fn family_errors(#[case] cidrs: &str, #[case] spec_json: serde_json::Value, #[ca
     );
 }
 
-/// §4 "more than two" is reported together with the per-IP checks.
+/// AL-4 "more than two" is reported together with the per-IP checks.
 #[test]
 fn more_than_two_cluster_ips() {
     let e = create(
@@ -95,7 +95,7 @@ fn more_than_two_cluster_ips() {
     assert!(e.to_string().contains("spec.clusterIPs: Invalid value: []string{\"10.0.5.5\", \"fd00::1\", \"10.0.5.6\"}: may only hold up to 2 values"), "{e}");
 }
 
-/// §5.1 create normalisation: clusterIP alone fills clusterIPs.
+/// AL-5.1 create normalisation: clusterIP alone fills clusterIPs.
 #[test]
 fn create_copies_cluster_ip_into_cluster_ips() {
     let s = create(
@@ -106,7 +106,7 @@ fn create_copies_cluster_ip_into_cluster_ips() {
     assert_eq!(cluster_ips(&s), ["10.0.3.3"]);
 }
 
-/// §4 headless Services never receive IPs.
+/// AL-4 headless Services never receive IPs.
 #[rstest]
 #[case::selector(json!({"clusterIP": "None", "selector": {"a": "b"}}))]
 #[case::selectorless(json!({"clusterIP": "None"}))]
@@ -116,7 +116,7 @@ fn headless_gets_no_ip(#[case] spec_json: serde_json::Value) {
     assert_eq!(spec(&s).cluster_ip.as_deref(), Some("None"));
 }
 
-/// §4 ExternalName skips family resolution and allocation.
+/// AL-4 ExternalName skips family resolution and allocation.
 #[test]
 fn external_name_untouched() {
     let s = create(
@@ -129,7 +129,7 @@ fn external_name_untouched() {
     assert_eq!(spec(&s).ip_family_policy, None);
 }
 
-/// §4 dual-stack Service: IP order follows ipFamilies.
+/// AL-4 dual-stack Service: IP order follows ipFamilies.
 #[rstest]
 #[case::v4_first(DUAL, "IPv4")]
 #[case::v6_first(DUAL6, "IPv6")]

@@ -1,4 +1,4 @@
-//! allocation-spec §5 (create/update/delete of ClusterIPs) and §7.2–§7.4 (NodePorts,
+//! AL-5 (create/update/delete of ClusterIPs) and AL-7.2 to AL-7.4 (NodePorts,
 //! healthCheckNodePort), one table per rule.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
@@ -36,7 +36,7 @@ fn update(
     Ok(new)
 }
 
-/// §5.2 static IP failures: 422 on `spec.clusterIPs` with the whole list as value.
+/// AL-5.2 static IP failures: 422 on `spec.clusterIPs` with the whole list as value.
 #[rstest]
 #[case::already_allocated(
     "10.0.0.5",
@@ -78,7 +78,7 @@ fn static_ip_failure_is_422(#[case] ip: &str, #[case] pre_taken: bool, #[case] m
     assert_eq!(e.to_string(), msg);
 }
 
-/// §5.2 dynamic failure: 500 `failed to allocate a serviceIP: range is full`.
+/// AL-5.2 dynamic failure: 500 `failed to allocate a serviceIP: range is full`.
 #[test]
 fn dynamic_ip_failure_is_500() {
     let mut a = allocators("10.0.0.0/30", "30000-32767", 1);
@@ -94,7 +94,7 @@ fn dynamic_ip_failure_is_500() {
     );
 }
 
-/// §5.2 allocation is transactional: a later failure releases the IPs already taken.
+/// AL-5.2 allocation is transactional: a later failure releases the IPs already taken.
 #[test]
 fn create_failure_rolls_back() {
     let mut a = al(DUAL);
@@ -134,7 +134,7 @@ fn create_failure_rolls_back() {
     );
 }
 
-/// §7.2 which ports get a nodePort, and TCP/UDP sharing.
+/// AL-7.2 which ports get a nodePort, and TCP/UDP sharing.
 #[rstest]
 #[case::cluster_ip_gets_none(json!({"ports": [{"port": 80}]}), &[0][..])]
 #[case::explicit_kept(json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}), &[30080][..])]
@@ -153,7 +153,7 @@ fn node_port_assignment(#[case] spec_json: Value, #[case] expect: &[i32]) {
     assert_eq!(node_ports(&s), expect);
 }
 
-/// §7.2 dynamic nodePorts: same `port` number shares one nodePort, different numbers never do.
+/// AL-7.2 dynamic nodePorts: same `port` number shares one nodePort, different numbers never do.
 #[test]
 fn dynamic_node_port_sharing() {
     let mut a = al(V4);
@@ -171,7 +171,7 @@ fn dynamic_node_port_sharing() {
     assert_eq!(a.node_ports().used(), 2);
 }
 
-/// §7.2 failures: same nodePort for different `port` numbers, out of range, full.
+/// AL-7.2 failures: same nodePort for different `port` numbers, out of range, full.
 #[rstest]
 #[case::different_port_numbers(json!({"type": "NodePort", "ports": [
     {"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30093}, {"name": "b", "port": 81, "protocol": "UDP", "nodePort": 30093}]}),
@@ -187,7 +187,7 @@ fn node_port_errors(#[case] spec_json: Value, #[case] code: u16, #[case] msg: &s
     assert_eq!(a.node_ports().used(), 0, "rolled back");
 }
 
-/// §7.2 dynamic nodePort failure is a 500.
+/// AL-7.2 dynamic nodePort failure is a 500.
 #[test]
 fn node_port_full_is_500() {
     let mut a = allocators(V4, "30000-30000", 1);
@@ -209,7 +209,7 @@ fn node_port_full_is_500() {
     assert_eq!(e.code(), 500);
 }
 
-/// §7.3 healthCheckNodePort allocated iff LoadBalancer + Local, independent of allocateLoadBalancerNodePorts.
+/// AL-7.3 healthCheckNodePort allocated iff LoadBalancer + Local, independent of allocateLoadBalancerNodePorts.
 #[rstest]
 #[case::lb_local(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}), true)]
 #[case::lb_local_no_node_ports(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}), true)]
@@ -226,7 +226,7 @@ fn health_check_node_port_needed(#[case] spec_json: Value, #[case] needed: bool)
     }
 }
 
-/// §7.3 healthCheckNodePort failures are 500s with upstream's texts.
+/// AL-7.3 healthCheckNodePort failures are 500s with upstream's texts.
 #[rstest]
 #[case::requested_taken(json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 30080,
     "ports": [{"port": 80, "nodePort": 30080}]}),
@@ -242,7 +242,7 @@ fn health_check_node_port_errors(#[case] spec_json: Value, #[case] msg: &str) {
     assert_eq!(e.to_string(), msg);
 }
 
-/// §5.3 type transitions and dual-stack upgrades/downgrades.
+/// AL-5.3 type transitions and dual-stack upgrades/downgrades.
 #[test]
 fn to_external_name_releases_ips_and_node_ports() {
     let mut a = al(DUAL);
@@ -343,7 +343,7 @@ fn downgrade_requires_single_stack_and_releases_secondary() {
     assert!(a.has(Claim::Ip(ips[0].parse().unwrap())));
 }
 
-/// §4 step 1: PreferDualStack is never auto-upgraded on update.
+/// AL-4 step 1: PreferDualStack is never auto-upgraded on update.
 #[test]
 fn prefer_dual_stack_not_auto_upgraded() {
     let mut single = allocators(V4, "30000-32767", 1);
@@ -363,7 +363,7 @@ fn prefer_dual_stack_not_auto_upgraded() {
     assert_eq!(cluster_ips(&new).len(), 1);
 }
 
-/// §5.1 patchAllocatedValues: a resubmitted manifest keeps the allocated values.
+/// AL-5.1 patchAllocatedValues: a resubmitted manifest keeps the allocated values.
 #[test]
 fn update_omitting_values_keeps_them() {
     let mut a = al(V4);
@@ -389,7 +389,7 @@ fn update_omitting_values_keeps_them() {
     assert_eq!(a.node_ports().used(), 2);
 }
 
-/// §7.4 NodePort/LoadBalancer → ClusterIP releases nodePorts and the healthCheckNodePort.
+/// AL-7.4 NodePort/LoadBalancer → ClusterIP releases nodePorts and the healthCheckNodePort.
 #[test]
 fn to_cluster_ip_releases_node_ports() {
     let mut a = al(V4);
@@ -410,7 +410,7 @@ fn to_cluster_ip_releases_node_ports() {
     assert_eq!(a.node_ports().used(), 0);
 }
 
-/// §7.4 new explicit values allocated, dropped ones released, zeros allocated.
+/// AL-7.4 new explicit values allocated, dropped ones released, zeros allocated.
 #[test]
 fn node_port_update_diff() {
     let mut a = al(V4);
@@ -434,7 +434,7 @@ fn node_port_update_diff() {
     assert_eq!(a.node_ports().used(), 2);
 }
 
-/// §7.4 duplicate (protocol, nodePort) in an update is a 500 `Unknown` error.
+/// AL-7.4 duplicate (protocol, nodePort) in an update is a 500 `Unknown` error.
 #[test]
 fn duplicate_node_port_in_update_is_unknown() {
     let mut a = al(V4);
@@ -450,7 +450,7 @@ fn duplicate_node_port_in_update_is_unknown() {
     assert_eq!(e.code(), 500);
 }
 
-/// §7.4 allocateLoadBalancerNodePorts false → true allocates the missing ones; true → false keeps them.
+/// AL-7.4 allocateLoadBalancerNodePorts false → true allocates the missing ones; true → false keeps them.
 #[test]
 fn allocate_lb_node_ports_flip() {
     let mut a = al(V4);
@@ -471,7 +471,7 @@ fn allocate_lb_node_ports_flip() {
     assert_eq!(a.node_ports().used(), 1);
 }
 
-/// §7.3 update: externalTrafficPolicy Cluster → Local allocates, Local → Cluster releases.
+/// AL-7.3 update: externalTrafficPolicy Cluster → Local allocates, Local → Cluster releases.
 #[test]
 fn health_check_node_port_on_policy_change() {
     let mut a = al(V4);
@@ -488,7 +488,7 @@ fn health_check_node_port_on_policy_change() {
     assert!(!a.node_ports().has(hc));
 }
 
-/// §5.3 a failed update rolls back new allocations and keeps the old ones.
+/// AL-5.3 a failed update rolls back new allocations and keeps the old ones.
 #[test]
 fn failed_update_reverts() {
     let mut a = al(V4);
@@ -510,7 +510,7 @@ fn failed_update_reverts() {
     assert!(a.node_ports().has(30080));
 }
 
-/// §5.4 delete releases everything the Service holds.
+/// AL-5.4 delete releases everything the Service holds.
 #[test]
 fn delete_releases_all() {
     let mut a = al(DUAL);
@@ -525,7 +525,7 @@ fn delete_releases_all() {
     assert_eq!(a.node_ports().used(), 0);
 }
 
-/// §5.5 dry-run: nothing reserved, network address for dynamic IPs, 32769+ for nodePorts,
+/// AL-5.5 dry-run: nothing reserved, network address for dynamic IPs, 32769+ for nodePorts,
 /// "already allocated" not checked for static IPs.
 #[test]
 fn dry_run_reserves_nothing() {

@@ -1,4 +1,4 @@
-//! allocation-spec §2 (ranges, usable addresses, bands, errors) and §7.1 (NodePort bands),
+//! AL-2 (ranges, usable addresses, bands, errors) and AL-7.1 (NodePort bands),
 //! one table per rule.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
@@ -17,7 +17,7 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// §2.2 usable addresses of the IPAddress allocator.
+/// AL-2.2 usable addresses of the IPAddress allocator.
 #[rstest]
 #[case::v4_24("192.168.1.0/24", 254)]
 #[case::v4_15("10.0.0.0/15", 131_070)]
@@ -37,7 +37,7 @@ fn usable_addresses_per_family(#[case] cidr: &str, #[case] size: u64) {
     assert_eq!(CidrAllocator::new(c).unwrap().size(), size);
 }
 
-/// §2.2 legacy bitmap caps IPv6 at 65535.
+/// AL-2.2 legacy bitmap caps IPv6 at 65535.
 #[rstest]
 #[case::v6_108_capped("2000::/108", 65_535)]
 #[case::v6_48_capped("2001:db8::/48", 65_535)]
@@ -47,7 +47,7 @@ fn legacy_bitmap_size_caps_ipv6(#[case] cidr: &str, #[case] size: u64) {
     assert_eq!(legacy_bitmap_size(&Cidr::parse(cidr).unwrap()), size);
 }
 
-/// §2.2 IPv6 prefixes shorter than /64 have no allocator.
+/// AL-2.2 IPv6 prefixes shorter than /64 have no allocator.
 #[rstest]
 #[case::v6_48(
     "2001:db8::/48",
@@ -62,7 +62,7 @@ fn ipv6_shorter_than_64_is_refused(#[case] cidr: &str, #[case] msg: &str) {
     assert_eq!(err.to_string(), msg);
 }
 
-/// §2.2 first/last usable address per family.
+/// AL-2.2 first/last usable address per family.
 #[rstest]
 #[case::v4("10.0.0.0/24", "10.0.0.1", "10.0.0.254")]
 #[case::v6_all_ones_allocatable("fd00::/120", "fd00::1", "fd00::ff")]
@@ -74,7 +74,7 @@ fn first_and_last_usable(#[case] cidr: &str, #[case] first: &str, #[case] last: 
     r.allocate(ip(last)).unwrap();
 }
 
-/// §2.2 a size-0 range fails every dynamic allocation with `range is full`.
+/// AL-2.2 a size-0 range fails every dynamic allocation with `range is full`.
 #[rstest]
 #[case::v4_32("10.0.0.1/32")]
 #[case::v4_31("10.0.0.0/31")]
@@ -84,7 +84,7 @@ fn size_zero_range_is_full(#[case] cidr: &str) {
     assert_eq!(r.allocate_next(&mut Rng::new(0)), Err(IpAllocError::Full));
 }
 
-/// §2.3 KEP-3070 band offset table.
+/// AL-2.3 KEP-3070 band offset table.
 #[rstest]
 #[case::v4_32("10.0.0.0/32", 0)]
 #[case::v4_30("10.0.0.0/30", 0)]
@@ -109,7 +109,7 @@ fn static_band_size(#[case] cidr: &str, #[case] offset: u64) {
     assert_eq!(cidr_band_offset(&Cidr::parse(cidr).unwrap()), offset);
 }
 
-/// §2.3 band boundaries count from the first usable address.
+/// AL-2.3 band boundaries count from the first usable address.
 #[rstest]
 #[case::v4_12(
     "10.96.0.0/12",
@@ -141,7 +141,7 @@ fn band_boundaries(
     assert_eq!(r.last_address(), Some(ip(up1)));
 }
 
-/// §2.3 dynamic picks fill the upper band first, then fall back to the lower band.
+/// AL-2.3 dynamic picks fill the upper band first, then fall back to the lower band.
 #[rstest]
 #[case::v4_24("192.168.1.0/24")]
 #[case::v4_27("10.0.0.0/27")]
@@ -162,7 +162,7 @@ fn dynamic_upper_band_first(#[case] cidr: &str) {
     assert_eq!(r.allocate_next(&mut rng), Err(IpAllocError::Full));
 }
 
-/// §2.3 static requests may use either band.
+/// AL-2.3 static requests may use either band.
 #[rstest]
 #[case::lower("10.96.0.10")]
 #[case::upper("10.100.0.10")]
@@ -174,7 +174,7 @@ fn static_request_anywhere(#[case] addr: &str) {
     assert!(r.has(ip(addr)));
 }
 
-/// §2.5 allocator error strings.
+/// AL-2.5 allocator error strings.
 #[rstest]
 #[case::full(IpAllocError::Full, "range is full")]
 #[case::allocated(IpAllocError::Allocated, "provided IP is already allocated")]
@@ -191,7 +191,7 @@ fn ip_allocator_error_text(#[case] e: IpAllocError, #[case] text: &str) {
     assert_eq!(e.to_string(), text);
 }
 
-/// §2.5 a single range reports out-of-range, network and broadcast as `ErrNotInRange`.
+/// AL-2.5 a single range reports out-of-range, network and broadcast as `ErrNotInRange`.
 #[rstest]
 #[case::outside("10.0.1.1")]
 #[case::network("10.0.0.0")]
@@ -205,7 +205,7 @@ fn single_range_not_in_range(#[case] addr: &str) {
     ));
 }
 
-/// §7.1 KEP-3668 NodePort band offset table.
+/// AL-7.1 KEP-3668 NodePort band offset table.
 #[rstest]
 #[case::s10(10, 0)]
 #[case::s16(16, 0)]
@@ -219,7 +219,7 @@ fn node_port_band_offset(#[case] size: u64, #[case] offset: u64) {
     assert_eq!(port_band_offset(size), offset);
 }
 
-/// §7.1 default range bands: static 30000-30085, dynamic 30086-32767, upper first.
+/// AL-7.1 default range bands: static 30000-30085, dynamic 30086-32767, upper first.
 #[test]
 fn node_port_default_bands() {
     let mut a = PortAllocator::new(PortRange::parse("30000-32767").unwrap());
@@ -238,7 +238,7 @@ fn node_port_default_bands() {
     assert_eq!(a.allocate_next(&mut rng), Err(PortAllocError::Full));
 }
 
-/// §7.1 NodePort allocator error strings.
+/// AL-7.1 NodePort allocator error strings.
 #[rstest]
 #[case::allocated(PortAllocError::Allocated, "provided port is already allocated")]
 #[case::not_in_range(
@@ -254,7 +254,7 @@ fn node_port_error_text(#[case] e: PortAllocError, #[case] text: &str) {
     assert_eq!(e.to_string(), text);
 }
 
-/// §2.2 large IPv6 ranges work without a whole-range bitmap.
+/// AL-2.2 large IPv6 ranges work without a whole-range bitmap.
 #[test]
 fn ipv6_64_allocates_lazily() {
     let mut r = CidrAllocator::parse("fd00::/64").unwrap();

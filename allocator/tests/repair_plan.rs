@@ -1,4 +1,4 @@
-//! allocation-spec §2.1 (flags), §12 (rebuild/repair events) and the `plan` integration.
+//! AL-2.1 (flags), AL-12 (rebuild/repair events) and the `plan` integration.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a test failure
 
@@ -14,7 +14,7 @@ use svcplane_allocator::{
     AllocatorConfig, ConfigError, PortRange, Remedy, plan_allocations, rebuild,
 };
 
-/// §2.1 flag parsing: good values.
+/// AL-2.1 flag parsing: good values.
 #[rstest]
 #[case::default("10.96.0.0/12", "30000-32767", 1)]
 #[case::dual("10.96.0.0/12,fd00::/108", "30000-32767", 2)]
@@ -26,7 +26,7 @@ fn flags_accepted(#[case] cidrs: &str, #[case] ports: &str, #[case] n: usize) {
     assert_eq!(c.node_port_range.to_string(), "30000-32767");
 }
 
-/// §2.1 flag errors name the flag and the value.
+/// AL-2.1 flag errors name the flag and the value.
 #[rstest]
 #[case::bad_cidr(
     "10.96.0.0/33",
@@ -83,7 +83,7 @@ fn flags_rejected(#[case] cidrs: &str, #[case] ports: &str, #[case] msg: &str) {
     assert_eq!(e.to_string(), msg);
 }
 
-/// §12.2/§12.3 rebuild: first Service owns, duplicates and out-of-range values are events.
+/// AL-12.2/AL-12.3 rebuild: first Service owns, duplicates and out-of-range values are events.
 #[test]
 fn rebuild_reports_duplicates_and_out_of_range() {
     let services = vec![
@@ -132,7 +132,7 @@ fn rebuild_reports_duplicates_and_out_of_range() {
     assert_eq!(r.owned[&("a".into(), "first".into())].len(), 1);
 }
 
-/// §12.3 the same nodePort for TCP and UDP counts once; a duplicate across Services is reported.
+/// AL-12.3 the same nodePort for TCP and UDP counts once; a duplicate across Services is reported.
 #[test]
 fn rebuild_node_port_sharing() {
     let services = vec![
@@ -171,7 +171,7 @@ fn ip_address(name: &str, ns: &str, svc_name: &str, created: &str, labels: bool)
     serde_json::from_value(v).unwrap()
 }
 
-/// §12.1 ClusterIP repair against IPAddress objects.
+/// AL-12.1 ClusterIP repair against IPAddress objects.
 #[test]
 fn repair_ip_address_findings() {
     let services = vec![
@@ -256,7 +256,7 @@ fn repair_ip_address_findings() {
     );
 }
 
-/// §12.3 leaked NodePorts are released only after 3 passes.
+/// AL-12.3 leaked NodePorts are released only after 3 passes.
 #[test]
 fn node_port_leak_released_after_three_passes() {
     let range = PortRange::parse("30000-32767").unwrap();

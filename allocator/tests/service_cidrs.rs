@@ -1,4 +1,4 @@
-//! Ranges from ServiceCIDR objects applied to running allocators (allocation-spec §3).
+//! Ranges from ServiceCIDR objects applied to running allocators (AL-3).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,13 +1,13 @@
 //! Topology-hints benchmarks (issue 3): one Service with 1000 ready
 //! endpoints over 5 zones and 5000 Nodes.
 //!
-//! - `ratios_from_5000_nodes`: §3.3.1 node accounting;
+//! - `ratios_from_5000_nodes`: TH-3.3.1 node accounting;
 //! - `hints_first_sync`: the topology-cache algorithm over the Service's
 //!   1000 endpoints (10 slices to create, fresh cache);
 //! - `reconcile_first_sync_with_hints`: the whole reconcile of that Service
 //!   with the policy, for comparison with the `reconcile` bench;
 //! - `node_cpu_change_recheck`: one Node's CPU changes: ratios again plus the
-//!   §3.3.6 re-check over 1000 Services with hints;
+//!   TH-3.3.6 re-check over 1000 Services with hints;
 //! - `resync_after_node_change`: the Service re-synced after that change
 //!   (zero writes expected).
 //!

@@ -598,6 +598,11 @@ pub struct PlanArgs {
     #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
 
+    /// Print a table of the writes and events (one line each) instead of the
+    /// objects.
+    #[arg(long, conflicts_with = "output")]
+    pub summary: bool,
+
     #[command(flatten)]
     pub ranges: AllocatorRanges,
 }

@@ -3,7 +3,7 @@
 //! command that reports what they decide and why (`explain`), the controller runtime
 //! (`shell`, `leader`, `run_cmd`: `svcplane run`), and the CLI definition.
 //!
-//! The split follows the house rule in `architecture.md`: everything under
+//! The split follows the house rule (README, "Design": pure core, thin shell): everything under
 //! `core` is a deterministic function of its inputs (time is passed in), so it
 //! can be tested without a runtime; the shells (`plan` and `run`) only gather
 //! snapshots and carry plans out.

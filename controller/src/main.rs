@@ -42,7 +42,10 @@ pub(crate) fn main() -> ExitCode {
             match run_cmd::main(&args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "svcplane run failed");
+                    tracing::error!(
+                        error = svcplane_controller::kube_client::error_chain(&e),
+                        "svcplane run failed"
+                    );
                     ExitCode::FAILURE
                 }
             }
@@ -57,7 +60,10 @@ pub(crate) fn main() -> ExitCode {
             match webhook_cmd::run(&args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "svcplane webhook failed");
+                    tracing::error!(
+                        error = svcplane_controller::kube_client::error_chain(&e),
+                        "svcplane webhook failed"
+                    );
                     ExitCode::FAILURE
                 }
             }

@@ -18,7 +18,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `svcplane plan <args>` and returns stdout, asserting success.
+/// Runs `svcplane plan <args>` and returns stdout, asserting success and no warning.
 fn plan(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_svcplane"))
         .arg("plan")
@@ -28,7 +28,13 @@ fn plan(args: &[&str]) -> String {
         .output()
         .expect("run svcplane");
     assert!(out.status.success(), "{out:?}");
-    assert!(out.stderr.is_empty(), "{out:?}");
+    // Only the summary (`summary: ...` and its indented lines), no warning.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("summary: "), "{out:?}");
+    assert!(
+        stderr.lines().skip(1).all(|l| l.starts_with("  ")),
+        "{out:?}"
+    );
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 

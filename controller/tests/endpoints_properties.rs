@@ -1,5 +1,5 @@
-//! Property tests for the Endpoints controller's cap (endpoints-spec §4.3)
-//! and the mirroring controller's per-subset limit and coverage (§5.2).
+//! Property tests for the Endpoints controller's cap (EP-4.3)
+//! and the mirroring controller's per-subset limit and coverage (MR-5.2).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 

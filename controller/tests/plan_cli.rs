@@ -3,7 +3,7 @@
 //! Goldens live in `tests/golden/*.yaml|json`, inputs in `tests/golden/inputs/`.
 //! After an intended change to the output, regenerate every golden with
 //!
-//!     UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli
+//!     UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli
 //!
 //! and review the diff (`git diff controller/tests/golden`).
 
@@ -56,10 +56,50 @@ fn plan(args: &[&str]) -> Run {
     svcplane(&argv, b"")
 }
 
-/// Asserts a successful run with no stderr and returns stdout.
+/// Splits stderr into the lines before the summary (warnings) and the summary
+/// (`summary: ...` and its indented lines), which must come last.
+fn split_stderr(stderr: &str) -> (Vec<&str>, Vec<&str>) {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("summary: "))
+        .unwrap_or(lines.len());
+    let (warnings, summary) = lines.split_at(at);
+    assert!(
+        summary.iter().skip(1).all(|l| l.starts_with("  ")),
+        "the summary must be the last thing on stderr: {stderr}"
+    );
+    (warnings.to_vec(), summary.to_vec())
+}
+
+/// Asserts a successful run whose stderr is the summary alone, and that the
+/// summary's totals match the document on stdout; returns stdout.
 fn ok(run: Run) -> String {
     assert_eq!(run.code, Some(0), "expected success: {run:#?}");
-    assert_eq!(run.stderr, "", "expected a quiet stderr: {run:#?}");
+    let (warnings, summary) = split_stderr(&run.stderr);
+    assert!(
+        warnings.is_empty(),
+        "expected only the summary on stderr: {run:#?}"
+    );
+    let doc: serde_json::Value = serde_saphyr::from_str(&run.stdout).expect("stdout is the plan");
+    let count = |key: &str| doc[key].as_array().map_or(0, Vec::len);
+    let totals = summary.first().copied().unwrap_or_default();
+    let writes = match count("actions") {
+        0 => "no writes".to_owned(),
+        1 => "1 write".to_owned(),
+        n => format!("{n} writes"),
+    };
+    assert!(
+        totals.starts_with(&format!("summary: {writes}, ")),
+        "summary {totals:?} vs {} actions",
+        count("actions")
+    );
+    let events = count("events");
+    assert!(
+        (events == 0 && totals.ends_with("no events"))
+            || totals.contains(&format!(", {events} event")),
+        "summary {totals:?} vs {events} events"
+    );
     run.stdout
 }
 
@@ -82,14 +122,14 @@ fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}\nregenerate with: UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+            "{}: {e}\nregenerate with: UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli",
             path.display()
         )
     });
     if expected != actual {
         panic!(
             "output differs from {}:\n{}\nIf the change is intended, regenerate with:\n  \
-             UPDATE_GOLDEN=1 cargo test -p svcplane-controller --test plan_cli",
+             UPDATE_GOLDEN=1 scripts/test --workspace --test plan_cli",
             path.display(),
             diff(&expected, actual)
         );
@@ -151,7 +191,7 @@ fn read(path: &str) -> Vec<u8> {
 
 // ---------------------------------------------------------------- goldens
 
-/// allocation-spec §3: with ServiceCIDR objects in the input, the allocator's ranges
+/// AL-3: with ServiceCIDR objects in the input, the allocator's ranges
 /// are theirs: a new Service gets an address of the ready one, a Service in the
 /// terminating one is in range, one outside both is reported; with
 /// `--service-ranges-from=flags` the flag's range stands instead.
@@ -376,11 +416,15 @@ fn empty_input_plans_nothing() {
 fn skipped_kind_warns_once_and_plans_the_rest() {
     let run = plan(&["-f", &input("skipped-kind.yaml")]);
     assert_eq!(run.code, Some(0), "{run:#?}");
+    let (warnings, summary) = split_stderr(&run.stderr);
     assert_eq!(
-        run.stderr,
-        "warning: tests/golden/inputs/skipped-kind.yaml: document 1 (ConfigMap demo/settings): \
-         kind not used by plan, skipped\n"
+        warnings,
+        [
+            "warning: tests/golden/inputs/skipped-kind.yaml: document 1 (ConfigMap demo/settings): \
+         kind not used by plan, skipped"
+        ]
     );
+    assert_eq!(summary.len(), 3, "totals and two controllers: {run:#?}");
     golden("skipped-kind.yaml", &run.stdout);
 }
 
@@ -461,7 +505,7 @@ fn undecodable_object() {
         plan(&["-f", &input("undecodable.yaml")]),
         1,
         &[
-            "tests/golden/inputs/undecodable.yaml: document 1 (Pod demo/web-0): invalid type: string \"nginx\", expected a sequence",
+            "tests/golden/inputs/undecodable.yaml: document 1 (Pod demo/web-0): spec.containers: invalid type: string \"nginx\", expected a sequence",
         ],
     );
 }
@@ -654,11 +698,86 @@ fn files_are_required() {
     assert_eq!(run.stdout, "");
 }
 
+// ------------------------------------------------ summary, pipes, field paths
+
+#[test]
+fn the_summary_on_stderr_counts_writes_by_controller_verb_and_kind() {
+    let run = plan(&["-f", EXAMPLE]);
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert_eq!(
+        run.stderr, EXAMPLE_SUMMARY,
+        "the example's summary changed; if intended, update EXAMPLE_SUMMARY"
+    );
+}
+
+/// What `plan -f examples/cluster.yaml` says on stderr.
+const EXAMPLE_SUMMARY: &str = "\
+summary: 14 writes, 1 event (Warning)
+  endpointslice: 7 create EndpointSlice, 1 update EndpointSlice
+  endpoints: 5 create Endpoints
+  allocator: 1 update Service
+";
+
+#[test]
+fn summary_flag_prints_a_table_instead_of_the_objects() {
+    let run = plan(&["-f", EXAMPLE, "--summary"]);
+    assert_eq!(run.code, Some(0), "{run:#?}");
+    assert_eq!(run.stderr, "", "the table carries the summary: {run:#?}");
+    golden("example.summary.txt", &run.stdout);
+    assert!(run.stdout.ends_with(EXAMPLE_SUMMARY), "{}", run.stdout);
+    let rows = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("endpoint") || l.starts_with("allocator"));
+    assert_eq!(rows.count(), 14, "one row per write");
+    // `--summary` replaces the document: it does not combine with -o.
+    let both = plan(&["-f", EXAMPLE, "--summary", "-o", "json"]);
+    assert_eq!(both.code, Some(2), "{both:#?}");
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_exit_0() {
+    // `svcplane plan ... | head -c 100`: the reader goes away long before the
+    // output (120 KB of JSON, more than a pipe holds) is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svcplane"))
+        .args(["plan", "-f", EXAMPLE, "-o", "json"])
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn svcplane");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut head = [0u8; 100];
+    std::io::Read::read_exact(&mut stdout, &mut head).expect("the first bytes");
+    drop(stdout);
+    let out = child.wait_with_output().expect("wait for svcplane");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("pipe"), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
+
+#[test]
+fn decode_errors_name_the_field_path() {
+    let input = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n\
+                 spec:\n  ports:\n  - {name: http, port: eighty}\n";
+    fails(
+        svcplane(&["plan", "-f", "-"], input.as_bytes()),
+        1,
+        &[
+            "<stdin>: document 1 (Service shop/web): spec.ports[0].port: invalid type: string \"eighty\", expected i32",
+        ],
+    );
+}
+
 #[test]
 fn goldens_exist_for_every_golden_test() {
     for name in [
         "example.yaml",
         "example.json",
+        "example.summary.txt",
         "small.yaml",
         "skipped-kind.yaml",
         "missing-node.yaml",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lint, schema-check and render the svcplane chart offline (conventions.md §6).
+"""Lint, schema-check and render the svcplane chart offline (see tests/chart/run.sh).
 
     python tests/chart/render.py CHART OUT.yaml [VALUES.yaml]
 

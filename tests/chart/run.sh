@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline checks of the Helm chart charts/svcplane (conventions.md §6).
+# Offline checks of the Helm chart charts/svcplane.
 #
 #   bash tests/chart/run.sh            # from the repository root (or anywhere)
 #
@@ -41,6 +41,9 @@ export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 section() { printf '\n==> %s\n' "$*"; }
 fail() { printf '\nFAIL: %s\n' "$*" >&2; exit 1; }
+# Exit 77 (the usual "skipped" code): the tools could not be installed, which
+# tests/tests/chart.rs reports as a skip (an error under CI=true).
+unavailable() { printf '\nUNAVAILABLE: %s\n' "$*" >&2; exit 77; }
 start=$SECONDS
 
 # --- venv --------------------------------------------------------------------
@@ -66,9 +69,9 @@ else
   echo "creating and installing $HELM_SDK $KVALIDATE $YAMLLINT $PYTEST"
   venv_start=$SECONDS
   rm -rf "$VENV"
-  "$PYTHON" -m venv "$VENV" || fail "could not create a venv with $PYTHON"
+  "$PYTHON" -m venv "$VENV" || unavailable "could not create a venv with $PYTHON (is its venv module installed?)"
   "$VENV/bin/pip" install -q "$HELM_SDK" "$KVALIDATE" "$YAMLLINT" "$PYTEST" \
-    || fail "pip install of the pinned chart tools failed (is PyPI reachable?)"
+    || unavailable "pip install of the pinned chart tools failed (is PyPI reachable?)"
   have_pins || fail "the venv does not hold the pinned versions after install"
   echo "installed in $((SECONDS - venv_start))s ($(du -sh "$VENV" | cut -f1))"
 fi

@@ -1,4 +1,4 @@
-"""Property checks on the rendered svcplane chart (conventions.md §5 and §6).
+"""Property checks on the rendered svcplane chart (what charts/svcplane/README.md promises).
 
 Renders the chart offline (helm-python-sdk, no helm binary, no cluster) with
 the default values and with every charts/svcplane/ci/*.yaml variant, then

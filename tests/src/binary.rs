@@ -3,8 +3,8 @@
 //! A behaviour is proven when the binary does it against a real API server, so the
 //! suites that check user-visible behaviour start `target/<profile>/svcplane` (built by
 //! `cargo test --workspace --all-targets` beside the test binaries) rather than calling
-//! library functions. A missing binary skips the test outside CI and fails it under
-//! `CI=true`.
+//! library functions. A missing binary skips the test ([`crate::skip::skip`]) outside
+//! CI and fails it under `CI=true`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -20,19 +20,17 @@ pub fn svcplane_bin() -> Option<PathBuf> {
     bin.is_file().then_some(bin)
 }
 
-/// [`svcplane_bin`], or `None` after printing why the test is skipped; panics under
-/// `CI=true`, where a missing binary is an error.
+/// [`svcplane_bin`], or `None` after skipping the test ([`crate::skip::skip`]; a
+/// failure under `CI=true`, where a missing binary is an error).
 pub fn svcplane_bin_or_skip(test: &str) -> Option<PathBuf> {
     let bin = svcplane_bin();
     if bin.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: the svcplane binary is not built next to the tests \
-             (run `cargo test --workspace --all-targets`)"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: the svcplane binary is not built next to the tests"
+        crate::skip::skip(
+            test,
+            &crate::skip::Skip::missing(
+                "the svcplane binary is not built next to the tests",
+                "run the tests with `scripts/test` (or `cargo test --workspace --all-targets`), which builds it",
+            ),
         );
     }
     bin

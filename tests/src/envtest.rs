@@ -2,20 +2,23 @@
 //!
 //! By default the suites run against `tests/envtest`, a Go program that runs
 //! etcd, kube-apiserver and (for the differential suite) upstream
-//! kube-controller-manager on loopback. `.ci/run` builds it once; the tests only
-//! start the built binary, found at `SVCPLANE_ENVTEST_BIN` or
-//! `target/envtest/envtest` under the workspace root. Each harness instance is
-//! started at most once per test binary and stops when the test binary exits:
-//! it watches its stdin, which is a pipe only this process holds.
+//! kube-controller-manager on loopback. The first test that needs it builds it
+//! ([`build::harness`]: once, under a file lock, cached in `target/envtest/` and
+//! rebuilt when `tests/envtest` changes) when Go is on `PATH`, or uses
+//! `SVCPLANE_ENVTEST_BIN` as it is. Each harness instance is started at most once
+//! per test binary and stops when the test binary exits: it watches its stdin,
+//! which is a pipe only this process holds.
 //!
 //! `SVCPLANE_E2E_KUBECONFIG` points the e2e suite at an external cluster
-//! instead. If neither is available the tests print a skip message and pass,
-//! except under `CI=true`, where a missing harness fails them.
+//! instead. When no control plane can be had, the tests skip through
+//! [`crate::skip::skip`]: a `SKIPPED` line, a record for `scripts/test`'s
+//! summary, and a failure under `CI=true`.
 
-use std::io::{BufRead, BufReader, Write};
+pub mod build;
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -25,6 +28,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+
+use crate::skip::{self, Skip};
 
 /// Environment variable naming the harness binary.
 pub const ENV_BIN: &str = "SVCPLANE_ENVTEST_BIN";
@@ -77,51 +82,51 @@ struct Running {
     _child: Child,
 }
 
-static SKIP_REPORTED: AtomicBool = AtomicBool::new(false);
+/// A cluster, the reason there is none, or why starting one failed.
+type Resolved = Result<Result<Cluster, Skip>, String>;
+
 static PROCESSES: Mutex<Vec<Running>> = Mutex::new(Vec::new());
-static API_ONLY: OnceLock<Result<Option<Cluster>, String>> = OnceLock::new();
-static UPSTREAM: OnceLock<Result<Option<Cluster>, String>> = OnceLock::new();
+static API_ONLY: OnceLock<Resolved> = OnceLock::new();
+static UPSTREAM: OnceLock<Resolved> = OnceLock::new();
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// The harness binary: `SVCPLANE_ENVTEST_BIN`, else `target/envtest/envtest`
-/// under the workspace root.
+/// The harness binary the suites use: `SVCPLANE_ENVTEST_BIN`, else
+/// `target/envtest/envtest` under the workspace root (built on first use).
 pub fn harness_bin() -> PathBuf {
     match std::env::var_os(ENV_BIN) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("target")
-            .join("envtest")
-            .join("envtest"),
+        _ => build::default_bin(),
     }
 }
 
-/// The cluster for `flavor`, starting the harness on first use. `None` means
-/// "skip this test" (the reason is printed). Panics when a harness that
-/// exists fails to start, and in CI when it is missing.
+/// The cluster for `flavor`, building and starting the harness on first use.
+/// `None` means "skip this test": [`skip::skip`] has said why (and panicked
+/// instead under `CI=true` when something is missing). Panics when a harness
+/// fails to start.
 pub fn cluster(flavor: Flavor, test: &str) -> Option<Cluster> {
     match cell(flavor).get_or_init(|| resolve(flavor)) {
-        Ok(Some(c)) => Some(c.clone()),
-        Ok(None) => {
-            let msg = skip_message(flavor);
-            if in_ci() && external_kubeconfig().is_none() {
-                panic!("{test}: {msg} (CI=true: a missing harness is an error)");
-            }
-            // Once per binary, straight to stderr: the test harness captures
-            // `eprintln!` of passing tests, and a skip must be seen.
-            if !SKIP_REPORTED.swap(true, Ordering::Relaxed) {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED {test} (and every other real-API-server test in this binary): {msg}"
-                );
-            }
+        Ok(Ok(c)) => Some(c.clone()),
+        Ok(Err(why)) => {
+            skip::skip(test, why);
             None
         }
         Err(e) => panic!("{test}: {e}"),
     }
+}
+
+/// Skips `test` unless `cluster` can reach this machine's loopback addresses (an
+/// external cluster cannot call back into a webhook served by the test process).
+pub fn reaches_loopback(cluster: &Cluster, test: &str) -> bool {
+    if cluster.external {
+        skip::skip(
+            test,
+            &Skip::not_applicable(
+                format!("{ENV_EXTERNAL} is set, and that API server cannot call back to 127.0.0.1"),
+                format!("unset {ENV_EXTERNAL} to run against the envtest harness"),
+            ),
+        );
+        return false;
+    }
+    true
 }
 
 /// Like [`cluster`] for several flavors, starting the missing harness
@@ -141,25 +146,11 @@ pub fn clusters<const N: usize>(flavors: [Flavor; N], test: &str) -> Option<[Clu
     out.try_into().ok()
 }
 
-fn cell(flavor: Flavor) -> &'static OnceLock<Result<Option<Cluster>, String>> {
+fn cell(flavor: Flavor) -> &'static OnceLock<Resolved> {
     match flavor {
         Flavor::ApiServerOnly => &API_ONLY,
         Flavor::UpstreamControllers => &UPSTREAM,
     }
-}
-
-fn skip_message(flavor: Flavor) -> String {
-    if flavor == Flavor::UpstreamControllers && external_kubeconfig().is_some() {
-        return format!(
-            "{ENV_EXTERNAL} is set, but the differential suite needs two harness instances"
-        );
-    }
-    format!(
-        "the real-control-plane harness is not built (looked for {}). Build it with \
-         `go build -C tests/envtest -o ../../target/envtest/envtest .` (or set {ENV_BIN}), \
-         or point {ENV_EXTERNAL} at a cluster",
-        harness_bin().display()
-    )
 }
 
 /// `SVCPLANE_E2E_KUBECONFIG`, when set and not empty.
@@ -169,22 +160,27 @@ pub fn external_kubeconfig() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn resolve(flavor: Flavor) -> Result<Option<Cluster>, String> {
+fn resolve(flavor: Flavor) -> Resolved {
     if let Some(kubeconfig) = external_kubeconfig() {
         return Ok(match flavor {
-            Flavor::ApiServerOnly => Some(Cluster {
+            Flavor::ApiServerOnly => Ok(Cluster {
                 kubeconfig,
                 external: true,
             }),
-            Flavor::UpstreamControllers => None,
+            Flavor::UpstreamControllers => Err(Skip::not_applicable(
+                format!(
+                    "{ENV_EXTERNAL} is set, but the differential suite needs two harness instances"
+                ),
+                format!("unset {ENV_EXTERNAL} to run it on the envtest harness"),
+            )),
         });
     }
-    let bin = harness_bin();
-    if !bin.is_file() {
-        return Ok(None);
-    }
+    let bin = match build::harness() {
+        Ok(bin) => bin,
+        Err(why) => return Ok(Err(why)),
+    };
     start(&bin, flavor)
-        .map(Some)
+        .map(Ok)
         .map_err(|e| format!("starting the harness {}: {e:#}", bin.display()))
 }
 

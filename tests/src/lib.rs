@@ -14,17 +14,21 @@
 //! (`tests/tests/e2e_*.rs`, `tests/tests/differential.rs`):
 //! - [`binary`]: the shipped `svcplane` binary as a separate process;
 //! - [`envtest`]: the `tests/envtest` harness (etcd + kube-apiserver, and
-//!   upstream kube-controller-manager for the differential suite), or an
-//!   external cluster via `SVCPLANE_E2E_KUBECONFIG`;
+//!   upstream kube-controller-manager for the differential suite), built on first
+//!   use, or an external cluster via `SVCPLANE_E2E_KUBECONFIG`;
+//! - [`skip`]: the one way a test skips, recorded for `scripts/test`'s summary;
 //! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status),
 //!   reading back a Service's slices and Endpoints;
 //! - [`normalize`]: comparing stored EndpointSlices across clusters.
 
 pub mod binary;
+#[cfg(test)]
+mod docs_check;
 pub mod envtest;
 pub mod fake_api;
 pub mod normalize;
 pub mod objects;
 pub mod run_env;
 pub mod sim;
+pub mod skip;
 pub mod webhook_env;

@@ -7,8 +7,8 @@
 //!
 //! Port order (inside a slice, inside an Endpoints subset) and subset order
 //! are sorted here: upstream orders them by an internal hash, and
-//! endpoints-spec §7 makes them implementation-defined ("compare
-//! order-insensitively"). Endpoints addresses keep their stored order (sorted
+//! ES-2.5 and EP-4.2 leave them unspecified (ES-7: compare them
+//! order-insensitively). Endpoints addresses keep their stored order (sorted
 //! by IP, then UID, on both sides).
 //!
 //! Upstream fills new slices from a Go map, so *which* slice an endpoint lands

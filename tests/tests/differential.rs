@@ -260,7 +260,7 @@ async fn run(s: Scenario) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// endpoints-spec §7: ready, not ready, terminating, Pods without IPs and
+/// ES-2.4 and EP-4.2: ready, not ready, terminating, Pods without IPs and
 /// finished Pods.
 #[tokio::test]
 async fn conditions() -> anyhow::Result<()> {
@@ -784,7 +784,7 @@ async fn compare_cidrs(
     }
 }
 
-/// allocation-spec §6: the ServiceCIDR controller on both sides — the default
+/// AL-6: the ServiceCIDR controller on both sides — the default
 /// `kubernetes` object and a new one get the finalizer and `Ready=True`; deleted while
 /// a Service's address depends on it alone, it turns `Ready=False, Terminating` and
 /// stays; once the Service is gone it goes (after the 10 s grace).

@@ -22,6 +22,7 @@ use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder, svcplane_
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::objects::{create_node, create_pods, create_service};
 use svcplane_tests::run_env::{Instance, options};
+use svcplane_tests::skip::{Skip, skip};
 
 /// Held for a whole test; tokio's mutex works across the tests' separate runtimes.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -184,6 +185,19 @@ async fn two_processes_elect_one_leader_and_hand_over() {
     };
     if cluster.external {
         // Two controller processes over someone else's cluster: not here.
+        skip(
+            "e2e_run (leader election)",
+            &Skip::not_applicable(
+                format!(
+                    "{} is set: two svcplane processes are not started against an external cluster",
+                    envtest::ENV_EXTERNAL
+                ),
+                format!(
+                    "unset {} to run against the envtest harness",
+                    envtest::ENV_EXTERNAL
+                ),
+            ),
+        );
         return;
     }
     let Some(bin) = svcplane_bin_or_skip("e2e_run") else {

@@ -1,4 +1,4 @@
-//! IP canonicalisation and family detection (endpoints-spec §1.4).
+//! IP canonicalisation and family detection (ES-1.4).
 //!
 //! Since 1.33 upstream writes canonical strings: IPv4 without leading zeros,
 //! IPv6 lower-case and zero-compressed, IPv4-mapped IPv6 written as IPv4.
@@ -114,7 +114,7 @@ mod tests {
         "1234::5678:0:0:9abc",
         Family::V6
     )]
-    #[case::v6_spec_example(
+    #[case::v6_documented_example(
         "1234::5678:0000:0000:9abc:def0",
         "1234::5678:0:0:9abc:def0",
         Family::V6

@@ -1,4 +1,4 @@
-//! Well-known label and annotation keys and values (endpoints-spec §1.1).
+//! Well-known label and annotation keys and values (ES-1.1).
 //!
 //! Kept in one place because a typo in any of them silently breaks interop
 //! with kube-proxy and the upstream controllers.

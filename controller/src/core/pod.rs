@@ -1,5 +1,5 @@
 //! Pod predicates and Service-port resolution shared by the endpoint
-//! reconcilers (endpoints-spec §1.2, §1.3).
+//! reconcilers (ES-1.2, ES-1.3).
 //!
 //! The reconcilers read Pods only through [`PodView`], so the runtime can
 //! cache a compact copy ([`CachedPod`](crate::shell::cache::CachedPod))
@@ -53,7 +53,7 @@ pub trait PodView {
     fn pod_ip(&self) -> Option<&str>;
     /// `status.podIPs[*].ip`, in order.
     fn pod_ips(&self) -> impl Iterator<Item = &str>;
-    /// endpoints-spec §1.3 named-port lookup: regular containers first, then
+    /// ES-1.3 named-port lookup: regular containers first, then
     /// initContainers with restartPolicy Always; name AND protocol (absent =
     /// TCP) must match. The first match wins.
     fn find_named_port(&self, name: &str, protocol: &str) -> Option<i32>;
@@ -72,7 +72,7 @@ fn ready_condition(pod: &Pod) -> Option<&PodCondition> {
 }
 
 /// Whether an init container is a sidecar (restartPolicy `Always`), whose
-/// ports count for named-port lookup (§1.3).
+/// ports count for named-port lookup (ES-1.3).
 #[inline]
 pub fn is_sidecar(container: &Container) -> bool {
     container.restart_policy.as_deref() == Some("Always")
@@ -224,7 +224,7 @@ pub fn is_terminating<P: PodView>(pod: &P) -> bool {
     pod.deletion_timestamp().is_some()
 }
 
-/// Why a Pod cannot be an endpoint at all (endpoints-spec §1.2), in the order
+/// Why a Pod cannot be an endpoint at all (ES-1.2), in the order
 /// the rules are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ineligible {
@@ -275,7 +275,7 @@ pub fn service_port_protocol(port: &ServicePort) -> &str {
     port.protocol.as_deref().unwrap_or(DEFAULT_PROTOCOL)
 }
 
-/// Resolves a Service port's `targetPort` on a Pod (§1.3). An integer is
+/// Resolves a Service port's `targetPort` on a Pod (ES-1.3). An integer is
 /// used as is; a name is looked up in the regular containers, then in the
 /// sidecars (`initContainers` with `restartPolicy: Always`), matching name and
 /// protocol. An absent `targetPort` means the Service `port` (API default).

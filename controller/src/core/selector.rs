@@ -1,4 +1,4 @@
-//! Service selector matching (endpoints-spec §2.1): a selector is a plain
+//! Service selector matching (ES-2.1): a selector is a plain
 //! equality map; `None` matches nothing, an empty map matches everything.
 
 use std::collections::BTreeMap;

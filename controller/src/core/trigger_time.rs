@@ -1,5 +1,5 @@
 //! The `endpoints.kubernetes.io/last-change-trigger-time` computation
-//! (endpoints-spec §1.6).
+//! (ES-1.6).
 //!
 //! The value tells latency SLO tooling when the change that caused a write
 //! happened. It needs memory across syncs (the last trigger time seen per

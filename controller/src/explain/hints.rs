@@ -126,7 +126,7 @@ pub struct HintsReport {
     pub passes: Vec<Pass>,
 }
 
-/// Which mode applies (§3.1 precedence) and why.
+/// Which mode applies (TH-3.1 precedence) and why.
 pub fn mode(service: &Service) -> Mode {
     let annotation = hints_annotation(service);
     let td = service

@@ -95,8 +95,13 @@ pub async fn connect_limited(
 async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}: cannot read", path.display()))?;
+            // kube's read error repeats its source in its own message: say it once.
+            let kc = Kubeconfig::read_from(path).map_err(|e| match e {
+                kube::config::KubeconfigError::ReadConfig(io, _) => {
+                    anyhow::anyhow!("--kubeconfig {}: cannot read: {io}", path.display())
+                }
+                other => anyhow::anyhow!("--kubeconfig {}: {other}", path.display()),
+            })?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("--kubeconfig {}: unusable", path.display()))?
@@ -106,6 +111,25 @@ async fn load_config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
             .context("no --kubeconfig given and no in-cluster or default kubeconfig found")?,
     };
     Ok(config)
+}
+
+/// `error` and its causes joined with `: `, as `{:#}` prints them, but leaving out a
+/// cause whose text is already part of the message so far: kube's errors (and
+/// io::Error wrappers) often repeat their source in their own message, which `{:#}`
+/// then prints two or three times.
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// Is the CRD of `K` served? A clear error if not (it ships with the Helm chart).
@@ -165,4 +189,23 @@ pub fn random_seed() -> u64 {
         h.write_u128(d.as_nanos());
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_chain_says_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        let repeated = anyhow::Error::new(io)
+            .context("failed to read kubeconfig: No such file or directory")
+            .context("--kubeconfig /x: cannot read");
+        assert_eq!(
+            error_chain(&repeated),
+            "--kubeconfig /x: cannot read: failed to read kubeconfig: No such file or directory"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&plain), "outer: inner");
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Why its own loop rather than a crate: we need the renew-deadline guard (a leader that
 //! cannot renew stops leading *before* a follower may take over, and the process exits),
-//! which the available crates either lack or hide (conventions §3.7).
+//! which the available crates either lack or hide.
 //!
 //! Shape, as client-go's `LeaderElector`:
 //! - **acquire**: every retry period, GET the Lease, [`decide`], and create it or PUT the

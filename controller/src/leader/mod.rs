@@ -1,7 +1,7 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease.
 //!
 //! Why: both replicas watch and compute, but only one may write EndpointSlices and
-//! Endpoints at a time (conventions §3.7). This module decides which one, and tells the
+//! Endpoints at a time. This module decides which one, and tells the
 //! rest of the process through a `watch` channel of [`Leadership`].
 //!
 //! Layout, following the crate's pure-core/thin-shell split: `decide` holds the rules

@@ -7,7 +7,10 @@
 //! - this module: run each selected controller over the snapshot.
 //!
 //! Nothing is written to stdout unless the whole input was valid and the
-//! plan was built.
+//! plan was built. After the document, a summary (writes by controller, verb and
+//! kind; events by type) goes to stderr; `--summary` prints a table of the writes
+//! and events to stdout instead of the objects. A closed stdout (`plan | head`)
+//! is not an error.
 
 pub mod input;
 pub mod output;
@@ -108,11 +111,25 @@ pub fn run(
     }
     let options = PlanOptions::try_from(args)?;
     let doc = plan(&snapshot, &options);
-    let text = doc.render(args.output)?;
-    stdout
+    let text = if args.summary {
+        doc.render_table()
+    } else {
+        doc.render(args.output)?
+    };
+    match stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(PlanError::Write)
+    {
+        // The reader went away (`svcplane plan ... | head`): what it wanted it got.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(PlanError::Write(e)),
+        Ok(()) => {}
+    }
+    if !args.summary {
+        // After the document, so it is the last thing on a terminal.
+        let _ = stderr.write_all(doc.summary().as_bytes());
+    }
+    Ok(())
 }
 
 /// Runs the selected controllers over `snapshot`. Output order: controller

@@ -230,8 +230,17 @@ fn default_namespace(value: &mut Value) {
     }
 }
 
+/// Decodes `value`; an error names the field it is about (`spec.ports[0].port:
+/// invalid type: ...`), the object itself when the path is empty.
 fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })
 }
 
 /// The key of a decoded object; a name is required.
@@ -294,7 +303,28 @@ mod tests {
         .to_string();
         assert_eq!(
             err,
-            "t.yaml: document 1 (Pod ns/p): invalid type: string \"nginx\", expected a sequence"
+            "t.yaml: document 1 (Pod ns/p): spec.containers: invalid type: string \"nginx\", expected a sequence"
+        );
+    }
+
+    #[test]
+    fn decode_errors_name_the_field() {
+        let err = build(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns}\n\
+             spec: {ports: [{port: 80}, {port: eighty}]}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "t.yaml: document 1 (Service ns/web): spec.ports[1].port: invalid type: string \"eighty\", expected i32"
+        );
+        let err = build("apiVersion: v1\nkind: Node\nmetadata: {name: node1, labels: [a]}\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "t.yaml: document 1 (Node node1): metadata.labels: invalid type: sequence, expected a map"
         );
     }
 

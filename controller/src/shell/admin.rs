@@ -1,5 +1,5 @@
-//! The admin server: plain HTTP with `/metrics`, `/livez` and `/readyz`
-//! (conventions §3.6), on `--metrics-bind-address`.
+//! The admin server: plain HTTP with `/metrics`, `/livez` and `/readyz`, on
+//! `--metrics-bind-address` (README, "Probes and metrics").
 //!
 //! `/readyz` answers what the kubelet needs to route webhook traffic: whether this
 //! replica can serve admission reviews (certificate loaded, allocation watches

@@ -1,4 +1,4 @@
-//! Carrying writes out: the one place API errors are classified (conventions §3.2).
+//! Carrying writes out: the one place API errors are classified.
 //!
 //! Every create, update and delete the controllers make goes through [`Writer`], which
 //! counts it by verb and resource, maps the API's answer to a [`WriteError`] whose
@@ -22,7 +22,7 @@ pub(crate) enum WriteErrorKind {
     /// 409: someone else wrote first (or our cache was behind); re-read and retry.
     Conflict,
     /// 403 with cause `NamespaceTerminating`: creates into a dying namespace are
-    /// dropped silently (endpoints-spec §2.9, §4.6).
+    /// dropped silently (ES-2.9, EP-4.6).
     NamespaceTerminating,
     /// 404 on update: the object went away; the next sync re-reads.
     NotFound,

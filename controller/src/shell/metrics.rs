@@ -1,7 +1,7 @@
 //! Prometheus metrics of `svcplane run`, served in OpenMetrics text at `/metrics`.
 //!
 //! Where kube-controller-manager has a metric, svcplane exposes the same name, type,
-//! labels and buckets (endpoints-spec §2.13, §5.4; client-go's `workqueue_*`;
+//! labels and buckets (ES-2.13, MR-5.4; client-go's `workqueue_*`;
 //! `leader_election_master_status`), so dashboards and alerts written for upstream keep
 //! working. OpenMetrics requires counters to end in `_total`, so upstream's
 //! `endpoint_slice_controller_changes` appears as `endpoint_slice_controller_changes_total`
@@ -93,7 +93,7 @@ fn duration_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
-/// The EndpointSlice controller's upstream metrics (§2.13).
+/// The EndpointSlice controller's upstream metrics (ES-2.13).
 #[derive(Debug, Clone)]
 pub struct EndpointSliceMetrics {
     pub endpoints_added_per_sync: Histogram,
@@ -107,7 +107,7 @@ pub struct EndpointSliceMetrics {
     pub services_count_by_traffic_distribution: Family<TrafficDistributionLabels, Gauge>,
 }
 
-/// The mirroring controller's upstream metrics (§5.4).
+/// The mirroring controller's upstream metrics (MR-5.4).
 #[derive(Debug, Clone)]
 pub struct MirroringMetrics {
     pub endpoints_added_per_sync: Histogram,

@@ -1,5 +1,5 @@
 //! The controllers' work queue: de-duplicating, delayed, with per-key exponential
-//! backoff and a global token bucket (endpoints-spec §1.7).
+//! backoff and a global token bucket (ES-1.7).
 //!
 //! kube-runtime's `Controller` schedules differently (it does not merge a delayed add
 //! into a key already waiting the way client-go's queue does, and it has no per-key

@@ -3,7 +3,7 @@
 //! [`Controllers::start`] builds the controllers `--controllers` enables from the
 //! registry ([`super::registry`]), watches what they read (each resource once, in the
 //! process-wide [`Cache`]), hands the changes to them through one dispatcher, and once
-//! every one of those caches has finished its first list (endpoints-spec §1.7:
+//! every one of those caches has finished its first list (ES-1.7:
 //! workers never act on a partial picture) starts each controller.
 //! [`Controllers::shutdown`] stops taking work, lets the syncs in flight finish their
 //! writes, then flushes queued events.
@@ -335,7 +335,7 @@ impl Controllers {
             let (metrics, cache) = (metrics.clone(), cache.clone());
             let controllers: Vec<Arc<dyn Controller>> = built.into_iter().map(|(_, c)| c).collect();
             tasks.push(tokio::spawn(async move {
-                // Workers never act on a partial picture (§1.7): every cache the
+                // Workers never act on a partial picture (ES-1.7): every cache the
                 // enabled controllers read has listed first. The caches raise the
                 // signal themselves.
                 let listed = futures::future::join_all(reads.iter().map(|r| cache.wait_synced(*r)));

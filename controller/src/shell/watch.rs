@@ -4,7 +4,7 @@
 //! list's resourceVersion), once per process however many consumers read it, and
 //! lists again after any failure. kube-runtime's
 //! reflector store is not used: the controllers need the *previous* version of an
-//! updated object (endpoints-spec §2.1 decides on old versus new), label indexes the
+//! updated object (ES-2.1 decides on old versus new), label indexes the
 //! reflector store cannot keep, and objects stripped before they are stored. So every
 //! event is stripped, written to our own store, and handed on as a [`Change`] carrying
 //! both versions. A re-list is buffered and, once complete, diffed against the store:

@@ -5,7 +5,7 @@
 //! `AllocationClaim` whose *name is derived from the value alone* ([`claim_name`]). The
 //! API server's create-if-absent gives exactly one winner per name, so two replicas —
 //! each with its own, possibly lagging, view of the cluster — can never both hand out the
-//! same value. Why not the alternatives (allocation-spec §13.3): an `IPAddress` object
+//! same value. Why not the alternatives (WH-13.3): an `IPAddress` object
 //! cannot be the lock while kube-apiserver allocates too, because it would then treat
 //! our own Service's address as taken; Lease objects named after values would need a
 //! namespace, broad Lease RBAC beside the leader-election Lease, and would show up in

@@ -11,7 +11,7 @@
 //!   its value, and released once this replica has seen it unused for a grace period —
 //!   long enough for any admission request still in flight (the API server's webhook
 //!   timeout is at most 30 s) to have finished, as upstream's IPAddress leak cleanup
-//!   waits 60 s (allocation-spec §12.1).
+//!   waits 60 s (AL-12.1).
 //!
 //! The age is measured by this replica's own monotonic clock from the first pass that
 //! saw the claim unused, not from `creationTimestamp`: that is the API server's clock,

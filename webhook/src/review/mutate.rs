@@ -3,7 +3,7 @@
 //! The request is run through svcplane's port of upstream's create/update allocation
 //! (`BeginCreate`/`BeginUpdate`) inside [`AllocationState::reserve`], so the values it
 //! takes stay reserved for this request until the shell has claimed them. The result is
-//! handed to the API server as a *static* allocation (allocation-spec §13.1): a patch
+//! handed to the API server as a *static* allocation (WH-13.1): a patch
 //! that sets exactly the values picked here. Upstream's answers are kept:
 //!
 //! - a client-chosen value is still allocated statically, so an out-of-range, malformed

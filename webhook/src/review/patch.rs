@@ -4,7 +4,7 @@
 //! k8s-openapi drops fields it does not know, and a "replace the whole spec" patch would
 //! silently delete them. Every op is an `add` on one allocation-owned member (`add`
 //! replaces an existing member, so it also overwrites `""`/`0`/`null` placeholders), and
-//! only values this request was assigned are written (allocation-spec §13.1): a value
+//! only values this request was assigned are written (WH-13.1): a value
 //! the client omitted on UPDATE is copied from the old object by the API server itself.
 
 use json_patch::jsonptr::PointerBuf;

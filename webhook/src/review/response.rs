@@ -1,9 +1,9 @@
 //! The AdmissionReview v1 response envelope.
 //!
 //! A denial carries a `metav1.Status` built exactly like kube-apiserver builds its own
-//! (allocation-spec §9, apimachinery `NewInvalid`/`NewInternalError`/`ErrorToAPIStatus`),
+//! (WH-9, apimachinery `NewInvalid`/`NewInternalError`/`ErrorToAPIStatus`),
 //! because the API server passes the webhook's status through to the client with only a
-//! message prefix added (§10.2). So:
+//! message prefix added (WH-10.2). So:
 //!
 //! - 422 `Invalid`: `details {name, kind: "Service", causes[{reason, message, field}]}`;
 //! - 500 `InternalError`: message `Internal error occurred: <text>` and

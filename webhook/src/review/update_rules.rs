@@ -1,4 +1,4 @@
-//! `ValidateServiceUpdate` additions (allocation-spec §8.4), ported from upstream
+//! `ValidateServiceUpdate` additions (WH-8.4), ported from upstream
 //! `pkg/apis/core/validation/validation.go`: `validateUpgradeDowngradeClusterIPs`,
 //! `validateUpgradeDowngradeIPFamilies`, `validateLoadBalancerClassField` (update part)
 //! and `validateServiceExternalTrafficFieldsUpdate`, in that order.
@@ -14,7 +14,7 @@ use svcplane_allocator::{FieldError, FieldValue};
 
 const MAY_NOT_CHANGE: &str = "may not change once set";
 
-/// The §8.4 errors of updating `old` to `new` (both as the API server sees them after
+/// The WH-8.4 errors of updating `old` to `new` (both as the API server sees them after
 /// allocation), in upstream order.
 pub fn validate_update(new: &Service, old: &Service) -> Vec<FieldError> {
     let (n, o) = (SvcView::from_service(new), SvcView::from_service(old));

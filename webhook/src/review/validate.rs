@@ -1,8 +1,8 @@
 //! The validating endpoint: re-check the final object without leaving a trace.
 //!
-//! By the time a validating webhook runs, the API server has allocated (allocation-spec
-//! §10.4), so the object carries its final ClusterIPs and NodePorts. Two things are
-//! checked, in upstream's order (allocation errors win over validation errors, §8.1):
+//! By the time a validating webhook runs, the API server has allocated (WH-10.4), so
+//! the object carries its final ClusterIPs and NodePorts. Two things are
+//! checked, in upstream's order (allocation errors win over validation errors, WH-8.1):
 //!
 //! 1. The allocation the API server just did, replayed against svcplane's state with
 //!    upstream's static-allocation errors: malformed or wrong-family values, values
@@ -12,7 +12,7 @@
 //!    have (its IPAddress objects, its claims, its earlier state) and undoes everything
 //!    afterwards. On UPDATE only newly taken values are checked, like upstream: a value
 //!    kept from the old object was checked when it was taken.
-//! 2. The ClusterIP- and NodePort-related rules of `ValidateService` and the §8.4
+//! 2. The ClusterIP- and NodePort-related rules of `ValidateService` and the WH-8.4
 //!    update rules, with upstream's paths and texts. Other rules (ports, selectors,
 //!    traffic policies …) are the API server's business.
 //!
@@ -72,7 +72,7 @@ pub(crate) fn structural_errors(svc: &Service, old: Option<&Service>) -> Vec<Fie
 }
 
 /// The ClusterIP- and NodePort-related rules of upstream `ValidateService`
-/// (allocation-spec §8.2, §8.3), in upstream order.
+/// (WH-8.2, WH-8.3), in upstream order.
 pub fn service_rules(v: &SvcView) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let headless_first = || FieldValue::Str(v.cluster_ips.first().cloned().unwrap_or_default());

@@ -1,4 +1,4 @@
-//! The 1000-address cap of the Endpoints controller (endpoints-spec §4.3).
+//! The 1000-address cap of the Endpoints controller (EP-4.3).
 
 use k8s_openapi::api::core::v1::EndpointSubset;
 

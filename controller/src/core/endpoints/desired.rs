@@ -1,4 +1,4 @@
-//! Subsets from the Pods a Service selects (endpoints-spec §4.2 steps 1–5),
+//! Subsets from the Pods a Service selects (EP-4.2 steps 1–5),
 //! repacked (step 6).
 
 use k8s_openapi::api::core::v1::{
@@ -11,7 +11,7 @@ use crate::core::ip::{self, Family};
 use crate::core::keys::CLUSTER_IP_NONE;
 use crate::core::pod::{self, PodView};
 
-/// The single family an Endpoints object carries (§4.2 step 2): the
+/// The single family an Endpoints object carries (EP-4.2 step 2): the
 /// Service's primary family; without `ipFamilies` the ClusterIP's family, or
 /// for a headless Service the family of the Pod's `podIP`. `None` means
 /// "decide per Pod".
@@ -38,7 +38,7 @@ pub fn primary_family(service: &Service) -> Option<Family> {
 }
 
 /// The Pod's address for the Service: the first `status.podIPs` entry of the
-/// family, canonical. Unparseable IPs are skipped (§1.4).
+/// family, canonical. Unparseable IPs are skipped (ES-1.4).
 pub fn pod_address<P: PodView>(family: Option<Family>, p: &P) -> Option<String> {
     let family = family.unwrap_or_else(|| pod_family(p));
     p.pod_ips()
@@ -56,7 +56,7 @@ pub fn pod_family<P: PodView>(p: &P) -> Family {
     }
 }
 
-/// The address of an eligible Pod (§4.2 step 3). `nodeName` is omitted when
+/// The address of an eligible Pod (EP-4.2 step 3). `nodeName` is omitted when
 /// empty (svcplane deviation: upstream writes `""`, which the API rejects).
 fn address_of<P: PodView>(service: &Service, p: &P, ip: String) -> EndpointAddress {
     let node_name = p.node_name().filter(|n| !n.is_empty()).map(str::to_owned);
@@ -95,7 +95,7 @@ pub fn desired_subsets<P: PodView>(
     with_entries(service, pods, repack::repack)
 }
 
-/// The canonical subsets for `pods` cut to the 1000-address cap (§4.3),
+/// The canonical subsets for `pods` cut to the 1000-address cap (EP-4.3),
 /// with the number of addresses before the cut and whether anything was
 /// cut. Same result as [`desired_subsets`] followed by
 /// [`capacity::truncate`], without sorting or copying the addresses that
@@ -115,8 +115,8 @@ pub fn capped_subsets<P: PodView>(
     (subsets, total, truncated)
 }
 
-/// What the Endpoints controller makes of one selected Pod (endpoints-spec
-/// §4.2 steps 1–5): the rules of [`AddressRules::decide`], in the order they
+/// What the Endpoints controller makes of one selected Pod (EP-4.2
+/// steps 1–5): the rules of [`AddressRules::decide`], in the order they
 /// are checked.
 // The address is returned by value and moved straight into the entry list:
 // boxing it would cost an allocation per Pod on every sync.
@@ -124,7 +124,7 @@ pub fn capped_subsets<P: PodView>(
 #[derive(Debug, Clone)]
 pub enum AddressDecision<'s> {
     /// Terminal, without an IP, or (without `publishNotReadyAddresses`)
-    /// terminating (§1.2).
+    /// terminating (ES-1.2).
     Ineligible(pod::Ineligible),
     /// No IP of the family the object carries.
     NoAddressOfFamily(Family),

@@ -1,4 +1,4 @@
-//! The legacy Endpoints controller (endpoints-spec §4): from a Service, its
+//! The legacy Endpoints controller (EP-4): from a Service, its
 //! Pods and the Endpoints object that exists, to the one create, update or
 //! delete upstream's endpoint-controller would issue — and none when the
 //! object already matches.
@@ -29,7 +29,7 @@ pub const CONTROLLER_NAME: &str = "endpoint-controller";
 /// Value of `endpoints.kubernetes.io/over-capacity` when truncated.
 pub const OVER_CAPACITY_TRUNCATED: &str = "truncated";
 
-/// Why a Service was left alone (§4.1 step 2).
+/// Why a Service was left alone (EP-4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
     /// `spec.type: ExternalName`.
@@ -67,7 +67,7 @@ pub struct EndpointsPlan {
     /// At most one write, in issue order.
     pub writes: Vec<EndpointsWrite>,
     /// Events to record on the Endpoints object. The core plans none: the
-    /// controller's only events report failed writes (§4.6), which the shell
+    /// controller's only events report failed writes (EP-4.6), which the shell
     /// raises.
     pub events: Vec<PlannedEvent>,
     /// Addresses (ready + not ready) the Pods offer, before the cap.

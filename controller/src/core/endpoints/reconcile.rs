@@ -1,4 +1,4 @@
-//! The write decision and the written object (endpoints-spec §4.1, §4.4–§4.6).
+//! The write decision and the written object (EP-4.1, EP-4.4 to EP-4.6).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ pub struct Inputs<'a, P = Pod> {
     pub pods: &'a [Arc<P>],
     /// The Endpoints object `namespace/name` in the cache, if any.
     pub existing: Option<&'a Endpoints>,
-    /// This sync's trigger time (§1.6); `None` clears the annotation on write.
+    /// This sync's trigger time (ES-1.6); `None` clears the annotation on write.
     pub trigger_time: Option<Timestamp>,
 }
 
@@ -53,7 +53,7 @@ impl<P> std::fmt::Debug for Inputs<'_, P> {
 
 use crate::core::endpointslice::metadata::is_headless;
 
-/// The labels a written Endpoints object carries (§4.4): the Service's
+/// The labels a written Endpoints object carries (EP-4.4): the Service's
 /// labels, the managed-by label, and the headless label when the Service has
 /// no ClusterIP.
 pub fn endpoints_labels(service: &Service) -> BTreeMap<String, String> {
@@ -70,7 +70,7 @@ pub fn endpoints_labels(service: &Service) -> BTreeMap<String, String> {
     labels
 }
 
-/// Whether the stored labels need no write (§4.5 rule 3): equal to the
+/// Whether the stored labels need no write (EP-4.5 rule 3): equal to the
 /// wanted ones once the headless label is ignored on both sides.
 fn labels_match(existing: &Endpoints, wanted: &BTreeMap<String, String>) -> bool {
     let empty = BTreeMap::new();
@@ -92,7 +92,7 @@ fn annotation<'e>(e: &'e Endpoints, key: &str) -> Option<&'e str> {
         .map(String::as_str)
 }
 
-/// Syncs one key (§4.1): deletes the Endpoints of a missing Service, leaves
+/// Syncs one key (EP-4.1): deletes the Endpoints of a missing Service, leaves
 /// ExternalName and selectorless Services alone, otherwise plans the create
 /// or update that makes the object match the Pods — or nothing.
 pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
@@ -137,7 +137,7 @@ pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
         let have = existing.subsets.as_deref().unwrap_or_default();
         let in_sync = labels_match(existing, &labels)
             && if truncated {
-                // svcplane improvement over upstream (§4.5 consequence): an
+                // svcplane improvement over upstream (EP-4.5): an
                 // over-capacity object whose truncated content and annotation
                 // are already right is not rewritten on every sync.
                 annotation(existing, ANNOTATION_OVER_CAPACITY) == Some(OVER_CAPACITY_TRUNCATED)

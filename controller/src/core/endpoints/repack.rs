@@ -1,5 +1,5 @@
-//! Canonical Endpoints subsets (endpoints-spec §4.2 step 6), shared with the
-//! mirroring controller (§5.2 step 1).
+//! Canonical Endpoints subsets (EP-4.2 step 6), shared with the
+//! mirroring controller (MR-5.2 step 1).
 //!
 //! Upstream's `RepackSubsets`: every distinct port collects the set of
 //! addresses offering it (deduplicated by IP and targetRef UID; an address
@@ -247,7 +247,7 @@ pub fn sort_subsets(subsets: &mut [EndpointSubset]) {
 }
 
 /// An ObjectReference compared as Go compares it (strings; `None` = `""`),
-/// ignoring `resourceVersion` (§1.5).
+/// ignoring `resourceVersion` (ES-1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct NormRef<'a> {
     pub uid: &'a str,
@@ -318,7 +318,7 @@ impl<'a> NormSubset<'a> {
     }
 }
 
-/// Whether two subset lists hold the same content, in any order (§1.5, §8):
+/// Whether two subset lists hold the same content, in any order (ES-1.5):
 /// nil equals empty, `targetRef.resourceVersion` is ignored.
 pub fn subsets_equivalent(a: &[EndpointSubset], b: &[EndpointSubset]) -> bool {
     if a.len() != b.len() {

@@ -1,5 +1,5 @@
-//! Rule tests for the Endpoints controller, one per rule of endpoints-spec §4
-//! and the spec's examples.
+//! Rule tests for the Endpoints controller, one per rule of EP-4
+//! (`docs/endpoints.md`) and its examples.
 
 use std::sync::Arc;
 
@@ -97,7 +97,7 @@ fn ready_pods(n: usize) -> Vec<Arc<Pod>> {
         .collect()
 }
 
-// ------------------------------------------------------------- §4.1
+// ------------------------------------------------------------- EP-4.1
 
 #[test]
 fn rule_4_1_service_missing_deletes_the_endpoints() {
@@ -160,7 +160,7 @@ fn rule_4_1_only_selected_pods_in_the_namespace_count() {
     assert_eq!(subsets(&e).len(), 1);
 }
 
-// ------------------------------------------------------------- §4.2
+// ------------------------------------------------------------- EP-4.2
 
 #[rstest]
 #[case::running_ready("Running", true, false, false, 1, 0)]
@@ -503,7 +503,7 @@ fn rule_4_2_repack_merges_subsets_with_identical_address_sets_and_keeps_portless
     assert_eq!(ips(&portless.addresses), vec!["3.3.3.3"]);
 }
 
-// ------------------------------------------------------------- §4.3
+// ------------------------------------------------------------- EP-4.3
 
 #[test]
 fn rule_4_3_over_capacity_is_truncated_and_annotated() {
@@ -560,7 +560,7 @@ fn rule_4_3_ready_addresses_are_kept_before_not_ready() {
     assert_eq!(counts(&e), (997, 3));
 }
 
-// ------------------------------------------------------------- §4.4
+// ------------------------------------------------------------- EP-4.4
 
 #[test]
 fn rule_4_4_labels_copy_the_service_and_add_managed_by_and_headless() {
@@ -612,7 +612,7 @@ fn rule_4_4_trigger_time_is_set_or_removed_on_write() {
     assert_eq!(annotation(&e, ANNOTATION_TRIGGER_TIME), None);
 }
 
-// ------------------------------------------------------------- §4.5
+// ------------------------------------------------------------- EP-4.5
 
 #[test]
 fn rule_4_5_nothing_written_when_in_sync() {
@@ -692,7 +692,7 @@ fn rule_4_5_over_capacity_with_unchanged_truncated_content_plans_zero_writes() {
     assert_eq!(run(&web(), &ready_pods(1500), Some(&bare)).writes.len(), 1);
 }
 
-// ------------------------------------------------------------- §4.6
+// ------------------------------------------------------------- EP-4.6
 
 #[test]
 fn rule_4_6_create_when_missing_update_with_cached_resource_version() {

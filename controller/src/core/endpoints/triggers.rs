@@ -1,5 +1,5 @@
-//! Which keys the Endpoints controller syncs (endpoints-spec §4.1) and the
-//! stale-cache guard (§4.7).
+//! Which keys the Endpoints controller syncs (EP-4.1) and the
+//! stale-cache guard (EP-4.7).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -51,7 +51,7 @@ pub fn first_sync_keys<'a>(
 /// What the controller last did to one Endpoints object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Last {
-    /// Updated it away from this resourceVersion (§4.7).
+    /// Updated it away from this resourceVersion (EP-4.7).
     Replaced(String),
     /// Created it: a cache without it is behind.
     Created,
@@ -60,7 +60,7 @@ enum Last {
 }
 
 /// Remembers the controller's own last write per key, so a sync never acts on a
-/// cache that has not seen it yet. Upstream keeps only the update case (§4.7: after
+/// cache that has not seen it yet. Upstream keeps only the update case (EP-4.7: after
 /// an update that changed the resourceVersion, a cache still returning the old one
 /// is stale); svcplane adds creates and deletes, where a lagging cache would
 /// otherwise make it create twice (409 AlreadyExists and a spurious

@@ -1,4 +1,4 @@
-//! Desired endpoints (endpoints-spec §2.3–§2.6): which address types a
+//! Desired endpoints (ES-2.3 to ES-2.6): which address types a
 //! Service needs, which Pods become endpoints of a family, their fields, and
 //! their grouping by resolved ports.
 //!
@@ -20,7 +20,7 @@ use crate::core::nodes::NodeLookup;
 use crate::core::pod::{self, PodView};
 use crate::core::selector::selector_matches_pod;
 
-/// Address types the Service needs, in its family order (§2.3). Without
+/// Address types the Service needs, in its family order (ES-2.3). Without
 /// `ipFamilies` (legacy objects) the ClusterIP decides; headless or empty
 /// means both.
 pub fn address_types(service: &Service) -> Vec<Family> {
@@ -106,7 +106,7 @@ impl DesiredEndpoint<'_> {
     }
 
     /// Whether an existing endpoint with the same key differs in a field the
-    /// controller owns (§2.6): nodeName, zone, the three conditions, or
+    /// controller owns (ES-2.6): nodeName, zone, the three conditions, or
     /// targetRef (resourceVersion ignored). Hints are not compared here.
     pub fn differs_from(&self, existing: &Endpoint) -> bool {
         if existing.node_name.as_deref() != self.node_name || existing.zone.as_deref() != self.zone
@@ -165,7 +165,7 @@ impl Addresses<'_> {
     }
 }
 
-/// Endpoint identity (§2.6): sorted addresses, hostname, target namespace
+/// Endpoint identity (ES-2.6): sorted addresses, hostname, target namespace
 /// and name. The Pod UID is deliberately not part of it.
 #[derive(Debug, Clone)]
 pub struct EndpointKey<'x> {
@@ -301,11 +301,11 @@ pub struct Desired<'a> {
     pub endpoints: Vec<DesiredEndpoint<'a>>,
     /// Groups in a deterministic order (by resolution).
     pub groups: Vec<PortGroup>,
-    /// Pods skipped because their Node is missing (§2.4 step 3).
+    /// Pods skipped because their Node is missing (ES-2.4 step 2).
     pub errors: Vec<String>,
 }
 
-/// The EndpointPorts of a group (§2.5): name (`""` when unnamed), resolved
+/// The EndpointPorts of a group (ES-2.5): name (`""` when unnamed), resolved
 /// number, protocol and appProtocol of each resolved Service port.
 pub fn endpoint_ports(service: &Service, resolution: &[(usize, i32)]) -> Vec<EndpointPort> {
     let ports = service
@@ -351,15 +351,15 @@ fn canonical_cow(s: &str) -> Option<(Cow<'_, str>, Family)> {
 }
 
 /// What the EndpointSlice controller makes of one selected Pod for one
-/// address type (endpoints-spec §2.4): the rules of [`endpoint_for`], in the
+/// address type (ES-2.4): the rules of [`endpoint_for`], in the
 /// order they are checked.
 #[derive(Debug, Clone)]
 pub enum EndpointDecision<'a> {
-    /// Terminal or without an IP (§1.2): no endpoint, and no port group.
+    /// Terminal or without an IP (ES-1.2): no endpoint, and no port group.
     Ineligible(pod::Ineligible),
     /// `spec.nodeName` is empty or names a Node that does not exist, and the
     /// Service does not publish not-ready addresses: the Pod is skipped and
-    /// the sync fails with [`node_not_found_message`] (§2.4 step 3).
+    /// the sync fails with [`node_not_found_message`] (ES-2.4 step 3).
     NodeNotFound {
         /// `spec.nodeName`, `None` when the Pod is not scheduled.
         node: Option<&'a str>,
@@ -386,7 +386,7 @@ pub fn node_not_found_message(service: &Service, pod: &str, node: Option<&str>) 
 }
 
 /// Decides whether the selected Pod `p` is an endpoint of `family`, and with
-/// which fields (§2.4–§2.6). [`desired_endpoints`] calls it for every Pod;
+/// which fields (ES-2.4–ES-2.6). [`desired_endpoints`] calls it for every Pod;
 /// `svcplane explain` calls it to say why.
 #[inline]
 pub fn endpoint_for<'a, P: PodView>(

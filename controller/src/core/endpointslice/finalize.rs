@@ -1,4 +1,4 @@
-//! The write phase of one address type (endpoints-spec §2.7 "Finalize"):
+//! The write phase of one address type (ES-2.7 "Finalize"):
 //! recycle deletes into updates, stamp the trigger time, drop creates for a
 //! Service being deleted, and order the writes creates → updates → deletes.
 

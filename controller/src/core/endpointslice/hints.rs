@@ -1,10 +1,10 @@
-//! The seam where topology hints (endpoints-spec §2.11, §3) plug into the
+//! The seam where topology hints (ES-2.11, TH-3) plug into the
 //! EndpointSlice reconciler.
 //!
 //! The reconciler hands each address type's slices — those to create, to
 //! update and those left unchanged — to a [`HintsPolicy`] after placement and
 //! before finalising. [`NoTopology`] implements the "hints off" branch of
-//! §2.11: strip hints everywhere and rewrite unchanged slices that still carry
+//! ES-2.11: strip hints everywhere and rewrite unchanged slices that still carry
 //! some. The topology-aware policy (annotation `Auto`, trafficDistribution) is
 //! `crate::core::topology::TopologyPolicy`, which implements the same trait.
 
@@ -35,7 +35,7 @@ pub trait HintsPolicy {
     );
 }
 
-/// No topology awareness: every hint is removed (§2.11 step 2, the branch
+/// No topology awareness: every hint is removed (ES-2.11 step 2, the branch
 /// taken when neither the annotation nor a valid trafficDistribution is set).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoTopology;

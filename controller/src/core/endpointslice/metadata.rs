@@ -1,5 +1,5 @@
-//! Slice metadata (endpoints-spec §2.8): labels, owner reference, the shape
-//! of a new slice, ownership, and the placeholder comparison (§2.7).
+//! Slice metadata (ES-2.8): labels, owner reference, the shape
+//! of a new slice, ownership, and the placeholder comparison (ES-2.7).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! The EndpointSlice reconciler (endpoints-spec §2): from a Service, its Pods,
+//! The EndpointSlice reconciler (ES-2): from a Service, its Pods,
 //! the Nodes and the slices that exist, to the exact creates, updates and
 //! deletes upstream's endpointslice-controller would issue — and none when the
 //! slices already match.
@@ -36,7 +36,7 @@ pub const CONTROLLER_NAME: &str = "endpointslice-controller.k8s.io";
 pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
 pub const MAX_ENDPOINTS_PER_SLICE_LIMIT: usize = 1000;
 
-/// Why a Service was left alone (§2.2 steps 2–3).
+/// Why a Service was left alone (ES-2.2 step 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
     /// `spec.type: ExternalName`: existing slices are left as they are.
@@ -72,7 +72,7 @@ pub enum SliceWrite {
     Delete(SliceRef),
 }
 
-/// The writes for one address type (§2.7 finalize): creates, then updates,
+/// The writes for one address type (ES-2.7 finalize): creates, then updates,
 /// then deletes. The shell stops a pass at its first failed write.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AddressTypePass {
@@ -83,7 +83,7 @@ pub struct AddressTypePass {
     pub stats: PassStats,
 }
 
-/// Figures for the upstream-compatible metrics (§2.13), per address-type pass.
+/// Figures for the upstream-compatible metrics (ES-2.13), per address-type pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PassStats {
     /// Endpoints not found in any existing slice.

@@ -1,4 +1,4 @@
-//! The placement algorithm (endpoints-spec §2.7 steps 1–3) for one port
+//! The placement algorithm (ES-2.7 steps 1–3) for one port
 //! group of one address type: keep what is already placed, update slices in
 //! place, fill the slices already being changed, then fit the rest into one
 //! unchanged slice or create new ones.

@@ -1,4 +1,4 @@
-//! Entry point of the EndpointSlice reconciler (§2.2–§2.9): decides whether
+//! Entry point of the EndpointSlice reconciler (ES-2.2 to ES-2.9): decides whether
 //! a Service is handled, splits the work per address type and port group,
 //! and assembles the plan.
 
@@ -62,7 +62,7 @@ pub fn reconcile<P: PodView>(inputs: &Inputs<'_, P>) -> Outcome {
     reconcile_with_hints(inputs, &mut NoTopology)
 }
 
-/// Whether the controller handles this Service at all (§2.2 steps 2–3).
+/// Whether the controller handles this Service at all (ES-2.2 steps 2–3).
 pub(super) fn skip_reason(service: &Service) -> Option<SkipReason> {
     let spec = service.spec.as_ref();
     if spec.and_then(|s| s.type_.as_deref()) == Some(SERVICE_TYPE_EXTERNAL_NAME) {
@@ -88,7 +88,7 @@ pub fn invalid_selector_event(service: &Service) -> Option<PlannedEvent> {
 }
 
 /// Whether a slice is one of this Service's controller-managed slices (the
-/// list of §2.2 step 5).
+/// list of ES-2.2 step 3).
 pub fn is_managed_slice_of(slice: &EndpointSlice, service: &Service) -> bool {
     let labels = slice.metadata.labels.as_ref();
     slice.metadata.namespace == service.metadata.namespace
@@ -228,7 +228,7 @@ fn aggregate(errors: &[String]) -> Option<String> {
 }
 
 /// Port-map identity of a list of EndpointPorts: the multiset of ports,
-/// order-insensitive, `null` equal to `[]` (§2.5).
+/// order-insensitive, `null` equal to `[]` (ES-2.5).
 type PortsKey<'p> = Vec<(
     Option<&'p str>,
     Option<i32>,
@@ -253,7 +253,7 @@ fn ports_key(ports: Option<&[EndpointPort]>) -> PortsKey<'_> {
     key
 }
 
-/// Placement, placeholder and hints for one address type (§2.7, §2.11).
+/// Placement, placeholder and hints for one address type (ES-2.7, ES-2.11).
 fn plan_pass<'e>(
     inputs: &Snapshot<'_>,
     labels: &BTreeMap<String, String>,

@@ -1,5 +1,5 @@
 //! Rule tests for the EndpointSlice reconciler, one per rule of
-//! endpoints-spec §2 and the spec's worked examples.
+//! ES-2 (`docs/endpointslice.md`) and the worked examples of ES-2.7.
 
 use std::sync::Arc;
 
@@ -111,7 +111,7 @@ fn only_slice(p: &SlicePlan) -> EndpointSlice {
     }
 }
 
-// §2.2 which Services are handled
+// ES-2.2 which Services are handled
 
 #[test]
 fn rule_2_2_external_name_service_is_left_alone() {
@@ -157,7 +157,7 @@ fn rule_2_2_only_managed_slices_of_the_service_not_being_deleted_are_listed() {
     assert!(plan(&s, &pods, &stored).is_noop());
 }
 
-// §2.3 address types
+// ES-2.3 address types
 
 #[rstest]
 #[case::ipv4_family(svc("s").families(&["IPv4"]).build(), &["IPv4"])]
@@ -213,7 +213,7 @@ fn rule_2_3_slices_of_unsupported_address_types_are_deleted_last() {
     assert_eq!(sizes(&after), [100, 30]);
 }
 
-// §2.4 desired endpoints
+// ES-2.4 desired endpoints
 
 #[test]
 fn rule_2_4_ineligible_pods_are_skipped_terminating_ones_kept() {
@@ -403,7 +403,7 @@ fn rule_2_4_two_pods_with_the_same_ip_are_two_endpoints() {
     assert_eq!(only_slice(&plan(&s, &pods, &[])).endpoints.len(), 2);
 }
 
-// §2.5 ports and port-map groups
+// ES-2.5 ports and port-map groups
 
 #[test]
 fn rule_2_5_named_target_port_resolving_differently_splits_slices() {
@@ -480,7 +480,7 @@ fn rule_2_5_headless_without_ports_has_empty_ports_and_no_churn() {
     );
 }
 
-// §2.6 identity and change detection
+// ES-2.6 identity and change detection
 
 #[test]
 fn rule_2_6_uid_is_not_identity_a_new_uid_updates_in_place() {
@@ -538,7 +538,7 @@ fn rule_2_6_duplicate_endpoint_is_kept_only_in_the_first_slice() {
     assert_eq!(verbs(&p), ["delete"]);
 }
 
-// §2.7 placement: the spec's worked examples (max 100)
+// ES-2.7 placement: its worked examples (max 100)
 
 #[test]
 fn rule_2_7_example_250_new_endpoints_make_three_creates() {
@@ -752,7 +752,7 @@ fn rule_2_9_service_being_deleted_gets_no_creates() {
     assert_eq!(verbs(&p), ["update"], "updates still happen while deleting");
 }
 
-// §2.8 metadata
+// ES-2.8 metadata
 
 #[test]
 fn rule_2_8_new_slice_metadata() {
@@ -824,7 +824,7 @@ fn rule_2_8_foreign_annotations_are_preserved_and_trigger_time_cleared() {
     assert!(!a.contains_key(ANNOTATION_TRIGGER_TIME));
 }
 
-// §2.11 hints off
+// ES-2.11 hints off
 
 #[test]
 fn rule_2_11_hints_are_removed_from_unchanged_slices_when_hints_are_off() {
@@ -881,7 +881,7 @@ fn rule_2_7_plan_does_not_depend_on_input_order() {
     assert_eq!(forward, plan(&s, &reversed_pods, &reversed_slices));
 }
 
-// §2.13 metric figures
+// ES-2.13 metric figures
 
 #[test]
 fn rule_2_13_pass_stats_follow_upstream_definitions() {

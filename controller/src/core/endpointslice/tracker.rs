@@ -1,4 +1,4 @@
-//! Stale-informer protection (endpoints-spec §2.10).
+//! Stale-informer protection (ES-2.10).
 //!
 //! After the controller writes a slice, its own cache may still hold the old
 //! version for a while. Reconciling from that stale view would duplicate or

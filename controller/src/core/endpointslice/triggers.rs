@@ -1,4 +1,4 @@
-//! Which Services an object event affects (endpoints-spec §2.1).
+//! Which Services an object event affects (ES-2.1).
 //!
 //! Pure decisions the runtime's event handlers call: they keep watch events
 //! from queueing Services whose slices cannot have changed, and they encode
@@ -35,7 +35,7 @@ pub fn services_for_pod<P: PodView>(pod: &P, services: &[&Service]) -> Vec<Strin
         .collect()
 }
 
-/// Services to queue for a Pod update (§2.1): nothing for a resync; for an
+/// Services to queue for a Pod update (ES-2.1): nothing for a resync; for an
 /// endpoint-relevant change only, the Services matching the new labels; for
 /// a label change with an endpoint change, old ∪ new; for a label change
 /// alone, the symmetric difference. Hostname/subdomain count as labels.

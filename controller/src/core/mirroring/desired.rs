@@ -1,4 +1,4 @@
-//! Desired mirrored endpoints (endpoints-spec §5.2): repack the Endpoints,
+//! Desired mirrored endpoints (MR-5.2): repack the Endpoints,
 //! then one group per (address family, ports) holding at most
 //! `max_per_subset` valid addresses of each subset.
 
@@ -29,7 +29,7 @@ pub(super) fn ports_key(ports: &[EndpointPort]) -> PortsKey {
     key
 }
 
-/// Endpoint identity (§2.6): sorted addresses, hostname, targetRef
+/// Endpoint identity (ES-2.6): sorted addresses, hostname, targetRef
 /// namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct EndpointKey {
@@ -94,7 +94,7 @@ pub(super) struct Desired {
     pub skipped: usize,
 }
 
-/// The mirrored form of an address (§5.2 step 3).
+/// The mirrored form of an address (MR-5.2 step 3).
 fn to_endpoint(a: &EndpointAddress, ip: String, ready: bool) -> Endpoint {
     Endpoint {
         addresses: vec![ip],

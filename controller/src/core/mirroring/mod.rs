@@ -1,4 +1,4 @@
-//! The EndpointSliceMirroring controller (endpoints-spec §5): EndpointSlices
+//! The EndpointSliceMirroring controller (MR-5): EndpointSlices
 //! for Services without a selector, mirroring their hand-written Endpoints.
 //!
 //! Layout: `desired` repacks the Endpoints and builds one endpoint group per
@@ -32,7 +32,7 @@ pub const REASON_TOO_MANY: &str = "TooManyAddressesToMirror";
 pub const REASON_INVALID_FIELDS: &str = "InvalidEndpointsFields";
 
 /// Why nothing is mirrored for a key; every reason deletes the key's
-/// mirrored slices (§5.1).
+/// mirrored slices (MR-5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotMirrored {
     ServiceMissing,
@@ -42,7 +42,7 @@ pub enum NotMirrored {
     LeaderAnnotation,
 }
 
-/// Figures for the upstream mirroring metrics (§5.4).
+/// Figures for the upstream mirroring metrics (MR-5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MirrorStats {
     pub endpoints_added: usize,

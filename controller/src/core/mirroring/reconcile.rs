@@ -1,5 +1,5 @@
-//! What is mirrored (endpoints-spec §5.1), the slice shape (§5.3) and the
-//! per-group reconcile with recycling (§5.4).
+//! What is mirrored (MR-5.1), the slice shape (MR-5.3) and the
+//! per-group reconcile with recycling (MR-5.4).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ impl std::fmt::Debug for Inputs<'_> {
     }
 }
 
-/// Why an existing Endpoints object is not mirrored, if it is not (§5.1):
+/// Why an existing Endpoints object is not mirrored, if it is not (MR-5.1):
 /// label `endpointslice.kubernetes.io/skip-mirror: "true"` or the
 /// leader-election annotation.
 pub fn should_mirror(endpoints: &Endpoints) -> Result<(), NotMirrored> {
@@ -128,7 +128,7 @@ fn not_mirrored(inputs: &Inputs<'_>) -> Option<NotMirrored> {
     should_mirror(endpoints).err()
 }
 
-/// Labels of a mirrored slice (§5.3): the Endpoints labels, then the two
+/// Labels of a mirrored slice (MR-5.3): the Endpoints labels, then the two
 /// reserved keys overwritten.
 fn slice_labels(endpoints: &Endpoints, name: &str) -> BTreeMap<String, String> {
     let mut labels = endpoints.metadata.labels.clone().unwrap_or_default();
@@ -231,7 +231,7 @@ fn map_eq(a: Option<&BTreeMap<String, String>>, b: &BTreeMap<String, String>) ->
     a.map_or(b.is_empty(), |a| a == b)
 }
 
-/// Whether the first existing slice of a group can stay as it is (§5.4).
+/// Whether the first existing slice of a group can stay as it is (MR-5.4).
 fn unchanged(slice: &EndpointSlice, endpoints: &Endpoints, t: Totals) -> bool {
     if t.added + t.updated + t.removed > 0 {
         return false;

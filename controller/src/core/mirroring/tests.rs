@@ -1,4 +1,4 @@
-//! Rule tests for the mirroring controller, one per rule of endpoints-spec §5.
+//! Rule tests for the mirroring controller, one per rule of MR-5.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ fn addresses(s: &EndpointSlice) -> Vec<&str> {
         .collect()
 }
 
-// ------------------------------------------------------------- §5.1
+// ------------------------------------------------------------- MR-5.1
 
 #[rstest]
 #[case::skip_true("true", false)]
@@ -165,7 +165,7 @@ fn rule_5_1_source_gone_deletes_every_mirrored_slice(
     assert!(plan.creates.is_empty() && plan.updates.is_empty());
 }
 
-// ------------------------------------------------------------- §5.2
+// ------------------------------------------------------------- MR-5.2
 
 #[test]
 fn rule_5_2_subsets_are_repacked_before_mirroring() {
@@ -207,7 +207,7 @@ fn rule_5_2_one_slice_per_subset_and_family() {
             ("IPv6".to_owned(), vec!["fd00::9"]),
         ]
     );
-    // §5.4 metric: desired slices summed per group (four groups of one endpoint),
+    // MR-5.4 metric: desired slices summed per group (four groups of one endpoint),
     // not one ceiling over the total.
     assert_eq!(plan.stats.endpoints_desired, 4);
     assert_eq!(plan.stats.slices_desired, 4);
@@ -405,7 +405,7 @@ fn rule_5_2_port_without_number_and_subset_without_addresses_are_reported() {
     );
 }
 
-// ------------------------------------------------------------- §5.3
+// ------------------------------------------------------------- MR-5.3
 
 #[test]
 fn rule_5_3_slice_shape() {
@@ -457,7 +457,7 @@ fn rule_5_3_slice_shape() {
     );
 }
 
-// ------------------------------------------------------------- §5.4
+// ------------------------------------------------------------- MR-5.4
 
 #[test]
 fn rule_5_4_zero_writes_when_in_sync() {

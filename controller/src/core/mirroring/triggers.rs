@@ -1,4 +1,4 @@
-//! Which keys a change queues for the mirroring controller (§5.1): pure, shared by
+//! Which keys a change queues for the mirroring controller (MR-5.1): pure, shared by
 //! `svcplane run`'s event handlers and anything that replays changes.
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -17,7 +17,7 @@ fn has_selector(s: &Service) -> bool {
         .is_some()
 }
 
-/// Keys a Service change queues (§5.1): a selectorless Service added or deleted, or
+/// Keys a Service change queues (MR-5.1): a selectorless Service added or deleted, or
 /// a selector appearing or disappearing.
 pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
     let queue = match change {
@@ -27,7 +27,7 @@ pub fn keys_for_service(change: &Change<Service>) -> Option<String> {
     queue.then(|| object_key(&change.latest().metadata))
 }
 
-/// Keys an Endpoints change queues (§5.1): a mirrorable object added or deleted, an
+/// Keys an Endpoints change queues (MR-5.1): a mirrorable object added or deleted, an
 /// update where the old or the new version is mirrorable.
 pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
     let mirrorable = |e: &Endpoints| should_mirror(e).is_ok();
@@ -38,7 +38,7 @@ pub fn keys_for_endpoints(change: &Change<Endpoints>) -> Option<String> {
     queue.then(|| object_key(&change.latest().metadata))
 }
 
-/// Keys a slice change queues: the tracker rules of §2.1, applied to mirrored slices.
+/// Keys a slice change queues: the tracker rules of ES-2.1, applied to mirrored slices.
 pub fn keys_for_slice(change: &Change<EndpointSlice>, tracker: &mut SliceTracker) -> Vec<String> {
     match change {
         Change::Added(s) => triggers::services_for_slice_add(s, tracker, CONTROLLER_NAME),

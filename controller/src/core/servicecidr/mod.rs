@@ -1,5 +1,5 @@
 //! The ServiceCIDR controller (kube-controller-manager's `service-cidr-controller`,
-//! allocation-spec §6): protects a ServiceCIDR with a finalizer while addresses only
+//! AL-6): protects a ServiceCIDR with a finalizer while addresses only
 //! it covers are in use, and tells allocators whether it is ready.
 //!
 //! Per object, once the caches have listed:

@@ -1,5 +1,5 @@
 //! The topology-cache algorithm for one address type of one Service
-//! (endpoints-spec §3.3.2–§3.3.5): allocations per zone, keeping valid
+//! (TH-3.3.2 to TH-3.3.5): allocations per zone, keeping valid
 //! existing hints, same-zone hints, redistribution, and the safeguards that
 //! switch hints off.
 
@@ -18,7 +18,7 @@ use super::{
 use crate::core::endpointslice::hints::{PassSlices, remove_hints};
 use crate::core::event::PlannedEvent;
 
-/// How many endpoints a zone should get (§3.3.2).
+/// How many endpoints a zone should get (TH-3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Allocation {
     pub minimum: usize,
@@ -64,7 +64,7 @@ impl Failure {
     }
 }
 
-/// A zone's share of `endpoints` ready endpoints (§3.3.2): the desired
+/// A zone's share of `endpoints` ready endpoints (TH-3.3.2): the desired
 /// (fractional) number, `ratio · endpoints`, and the minimum it must get to
 /// stay under the overload threshold.
 pub fn zone_share(ratio: f64, endpoints: usize) -> (f64, usize) {
@@ -74,7 +74,7 @@ pub fn zone_share(ratio: f64, endpoints: usize) -> (f64, usize) {
     (desired, minimum)
 }
 
-/// The allocation per zone for `endpoints` ready endpoints (§3.3.2), or the
+/// The allocation per zone for `endpoints` ready endpoints (TH-3.3.2), or the
 /// safeguard that trips.
 pub fn allocations(
     ratios: Option<&ZoneRatios>,
@@ -123,7 +123,7 @@ fn ready_count(slice: &EndpointSlice) -> usize {
 }
 
 /// The hints per zone an unchanged slice contributes, or `None` when it must
-/// be rewritten (§3.3.3): a ready endpoint without zone hints, a hint for a
+/// be rewritten (TH-3.3.3): a ready endpoint without zone hints, a hint for a
 /// zone without allocation, or a zone pushed over its maximum.
 pub fn hints_by_zone(
     slice: &EndpointSlice,
@@ -166,7 +166,7 @@ fn most(values: &BTreeMap<String, f64>) -> Option<(&str, f64)> {
     best
 }
 
-/// How many endpoints each zone gives and receives (§3.3.5 steps 1–2).
+/// How many endpoints each zone gives and receives (TH-3.3.5 steps 1–2).
 pub fn giving_and_receiving(
     allocations: &BTreeMap<String, Allocation>,
     allocated: &ZoneCounts,
@@ -209,7 +209,7 @@ fn zone_hint(zone: &str) -> Option<EndpointHints> {
     })
 }
 
-/// Re-hints endpoints of giving zones to receiving zones (§3.3.5 step 3),
+/// Re-hints endpoints of giving zones to receiving zones (TH-3.3.5 step 3),
 /// walking creates then updates. Returns the change per zone. The receiving
 /// zone is the first in name order that still needs endpoints (upstream
 /// picks one in map order).
@@ -254,7 +254,7 @@ fn redistribute(
     diff
 }
 
-/// Runs the topology-cache algorithm over one pass (§3.3.2–§3.3.5): assigns
+/// Runs the topology-cache algorithm over one pass (TH-3.3.2 to TH-3.3.5): assigns
 /// zone hints to creates and updates, keeps valid hints on unchanged slices,
 /// records the allocation in `cache` and reports events. On a safeguard,
 /// hints are removed everywhere and the cache entry is cleared. Returns the
@@ -307,7 +307,7 @@ fn allocate<'e>(
         .sum();
     let allocations = allocations(ratios, total)?;
 
-    // §3.3.3: unchanged slices keep valid hints and seed the counts.
+    // TH-3.3.3: unchanged slices keep valid hints and seed the counts.
     let mut allocated = ZoneCounts::new();
     for slice in std::mem::take(&mut pass.unchanged) {
         match hints_by_zone(slice, &allocated, &allocations) {
@@ -324,7 +324,7 @@ fn allocate<'e>(
         }
     }
 
-    // §3.3.4: same-zone hints on everything being written.
+    // TH-3.3.4: same-zone hints on everything being written.
     for slice in pass.creates.iter_mut().chain(pass.updates.iter_mut()) {
         for endpoint in &mut slice.endpoints {
             if !endpoint_ready(endpoint) {
@@ -339,7 +339,7 @@ fn allocate<'e>(
         }
     }
 
-    // §3.3.5: move the excess of over-served zones to under-served ones.
+    // TH-3.3.5: move the excess of over-served zones to under-served ones.
     let (giving, receiving) = giving_and_receiving(&allocations, &allocated);
     for (zone, change) in redistribute(pass, giving, receiving) {
         let count = allocated.entry(zone).or_default();

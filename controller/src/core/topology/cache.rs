@@ -1,5 +1,5 @@
-//! The state the topology cache keeps across syncs (endpoints-spec §3.3.5
-//! step 5, §3.3.6): per Service, the hints allocated per zone for each
+//! The state the topology cache keeps across syncs (TH-3.3.5
+//! step 5, TH-3.3.6): per Service, the hints allocated per zone for each
 //! address type, and whether hints are populated.
 //!
 //! It is plain data owned by the caller (the runtime keeps one per
@@ -72,7 +72,7 @@ impl TopologyCache {
         self.endpoints_by_service.is_empty()
     }
 
-    /// The overload re-check after a Node change (§3.3.6): the keys, in
+    /// The overload re-check after a Node change (TH-3.3.6): the keys, in
     /// order, of every Service with an address type whose stored allocation
     /// is overloaded under `ratios`.
     pub fn overloaded_services(&self, ratios: Option<&ZoneRatios>) -> Vec<String> {
@@ -84,7 +84,7 @@ impl TopologyCache {
     }
 }
 
-/// Whether an allocation `hints` is overloaded under `ratios` (§3.3.6):
+/// Whether an allocation `hints` is overloaded under `ratios` (TH-3.3.6):
 /// never when it is empty; always when there are no ratios; otherwise when a
 /// zone with a ratio has no entry or fewer than `ceil(T·ratio/1.2)` hints,
 /// `T` being the total of `hints`.

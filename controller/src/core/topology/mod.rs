@@ -1,11 +1,11 @@
-//! Topology-aware routing hints (endpoints-spec §2.11, §3), as a
+//! Topology-aware routing hints (ES-2.11, TH-3), as a
 //! [`HintsPolicy`] for the EndpointSlice reconciler.
 //!
-//! - `nodes`: allocatable CPU per zone and the zone ratios (§3.3.1);
-//! - `allocation`: the topology-cache algorithm for one pass (§3.3.2–§3.3.5);
-//! - `cache`: the state kept across syncs and the overload re-check (§3.3.6);
-//! - `traffic_distribution`: the `spec.trafficDistribution` heuristic (§3.2);
-//! - this module: enabling (§3.1) and the dispatch of §2.11.
+//! - `nodes`: allocatable CPU per zone and the zone ratios (TH-3.3.1);
+//! - `allocation`: the topology-cache algorithm for one pass (TH-3.3.2 to TH-3.3.5);
+//! - `cache`: the state kept across syncs and the overload re-check (TH-3.3.6);
+//! - `traffic_distribution`: the `spec.trafficDistribution` heuristic (TH-3.2);
+//! - this module: enabling (TH-3.1) and the dispatch of ES-2.11.
 //!
 //! Everything is pure: the caller owns the [`TopologyPolicy`] (cache and
 //! ratios), feeds it Node snapshots and passes it to
@@ -53,7 +53,7 @@ pub fn with_address_type(message: &str, address_type: &str) -> String {
     format!("{message}, addressType: {address_type}")
 }
 
-/// §3.1: the annotation that decides whether hints are enabled, as `(key,
+/// TH-3.1: the annotation that decides whether hints are enabled, as `(key,
 /// value)`: the legacy `topology-aware-hints` whenever present (even empty),
 /// else `topology-mode`.
 pub fn hints_annotation(service: &Service) -> Option<(&'static str, &str)> {
@@ -68,13 +68,13 @@ pub fn hints_annotation(service: &Service) -> Option<(&'static str, &str)> {
         })
 }
 
-/// §3.1: only `Auto` and `auto` in the deciding annotation
+/// TH-3.1: only `Auto` and `auto` in the deciding annotation
 /// ([`hints_annotation`]) enable hints.
 pub fn hints_enabled(service: &Service) -> bool {
     matches!(hints_annotation(service), Some((_, "Auto" | "auto")))
 }
 
-/// Which hints a Service gets (§2.11, §3.1 precedence).
+/// Which hints a Service gets (ES-2.11, TH-3.1 precedence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HintsMode {
     /// Annotation `Auto`: the topology cache (trafficDistribution ignored).
@@ -96,8 +96,8 @@ impl HintsMode {
     }
 }
 
-/// The full hints policy: §2.11 dispatch, the topology cache (§3.3) and the
-/// trafficDistribution heuristic (§3.2).
+/// The full hints policy: ES-2.11 dispatch, the topology cache (TH-3.3) and the
+/// trafficDistribution heuristic (TH-3.2).
 ///
 /// The runtime keeps one for the controller's lifetime: it rebuilds the
 /// ratios with [`TopologyPolicy::set_nodes`] on every topology work item and
@@ -121,7 +121,7 @@ impl TopologyPolicy {
         Self::new(TopologyCache::default(), nodes::zone_ratios(nodes))
     }
 
-    /// The topology work item (§2.1, §3.3.1, §3.3.6): recomputes the ratios
+    /// The topology work item (ES-2.1, TH-3.3.1, TH-3.3.6): recomputes the ratios
     /// from all Nodes and returns the keys of the Services to re-queue, in
     /// order.
     pub fn set_nodes<'n>(&mut self, nodes: impl IntoIterator<Item = &'n Node>) -> Vec<String> {
@@ -162,7 +162,7 @@ pub enum HintsDecision {
 }
 
 impl TopologyPolicy {
-    /// The §2.11 dispatch for one pass: assigns or removes hints and reports
+    /// The ES-2.11 dispatch for one pass: assigns or removes hints and reports
     /// events, returning what was decided. [`HintsPolicy::apply`] is this
     /// without the answer; `svcplane explain` keeps it.
     pub fn apply_and_decide(

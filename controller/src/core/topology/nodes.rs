@@ -1,4 +1,4 @@
-//! Node accounting for the topology cache (endpoints-spec §3.3.1): the share
+//! Node accounting for the topology cache (TH-3.3.1): the share
 //! of allocatable CPU each zone holds, from the ready worker Nodes.
 
 use std::collections::BTreeMap;
@@ -67,7 +67,7 @@ impl ZoneRatios {
     }
 }
 
-/// What the Node walk of §3.3.1 found.
+/// What the Node walk of TH-3.3.1 found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeAccounting {
     /// A counted Node had no zone or no allocatable CPU: no ratios at all.
@@ -109,7 +109,7 @@ impl NodeAccounting {
     }
 }
 
-/// Walks the Nodes (§3.3.1): skips control-plane Nodes and Nodes that are
+/// Walks the Nodes (TH-3.3.1): skips control-plane Nodes and Nodes that are
 /// not ready; any remaining Node without a zone or without allocatable CPU
 /// makes the whole walk insufficient. CPU is summed exactly, in nanocores.
 pub fn account<'n>(nodes: impl IntoIterator<Item = &'n Node>) -> NodeAccounting {
@@ -137,13 +137,13 @@ pub fn account<'n>(nodes: impl IntoIterator<Item = &'n Node>) -> NodeAccounting 
     NodeAccounting::CpuByZone(nanos_by_zone)
 }
 
-/// Zone ratios straight from Nodes (§3.3.1); `None` when hints are
+/// Zone ratios straight from Nodes (TH-3.3.1); `None` when hints are
 /// impossible.
 pub fn zone_ratios<'n>(nodes: impl IntoIterator<Item = &'n Node>) -> Option<ZoneRatios> {
     account(nodes).ratios()
 }
 
-/// Whether a Node update must re-run the topology work item (§2.1): its
+/// Whether a Node update must re-run the topology work item (ES-2.1): its
 /// readiness or its zone label changed. CPU and other label changes do not.
 pub fn update_needs_topology_sync(old: &Node, new: &Node) -> bool {
     is_ready(old) != is_ready(new) || zone_label(old) != zone_label(new)

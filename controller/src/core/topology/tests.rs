@@ -1,5 +1,5 @@
-//! Rule tests for topology hints, one per rule of endpoints-spec §2.11 and
-//! §3, the spec's worked examples as tables, and property tests.
+//! Rule tests for topology hints, one per rule of ES-2.11 and
+//! TH-3 (`docs/topology.md`), its worked examples as tables, and property tests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -199,7 +199,7 @@ fn stored_hint_counts(slices: &[Arc<EndpointSlice>]) -> BTreeMap<String, usize> 
     out
 }
 
-// ---------------------------------------------------------------- §3.1
+// ---------------------------------------------------------------- TH-3.1
 
 #[rstest]
 #[case::nothing(&[], false)]
@@ -251,7 +251,7 @@ fn rule_3_1_precedence(
     assert_eq!(HintsMode::of_service(&s), want);
 }
 
-// ---------------------------------------------------------------- §3.3.1
+// ---------------------------------------------------------------- TH-3.3.1
 
 #[test]
 fn rule_3_3_1_ratios_example() {
@@ -401,7 +401,7 @@ fn rule_2_1_node_updates_that_trigger_the_topology_item(#[case] new: Node, #[cas
     assert_eq!(update_needs_topology_sync(&old, &new), want);
 }
 
-// ---------------------------------------------------------------- §3.3.2
+// ---------------------------------------------------------------- TH-3.3.2
 
 #[rstest]
 #[case::no_ratios(
@@ -540,7 +540,7 @@ fn rule_3_3_2_safeguard_removes_hints_everywhere_and_warns(
     assert!(!p.cache().has_populated_hints("default/web"));
 }
 
-// ---------------------------------------------------------------- §3.3.3
+// ---------------------------------------------------------------- TH-3.3.3
 
 #[rstest]
 #[case::valid_hints_kept(vec![endpoint("10.9.0.1", Some("zone-a"), true, Some("zone-a"))], true)]
@@ -605,7 +605,7 @@ fn rule_3_3_3_slices_over_a_zone_maximum_are_rewritten_in_order() {
     );
 }
 
-// ---------------------------------------------------------------- §3.3.4
+// ---------------------------------------------------------------- TH-3.3.4
 
 #[test]
 fn rule_3_3_4_same_zone_hints_and_not_ready_endpoints_get_none() {
@@ -652,7 +652,7 @@ fn rule_3_3_4_not_ready_endpoint_without_zone_is_fine() {
     assert_eq!(events, vec![enabled_event()]);
 }
 
-// ---------------------------------------------------------------- §3.3.5
+// ---------------------------------------------------------------- TH-3.3.5
 
 #[rstest]
 #[case::all_in_one_zone(equal3(), &[("zone-c", 3)], Some(&[("zone-a", 1), ("zone-b", 1), ("zone-c", 1)][..]), 2)]
@@ -705,7 +705,7 @@ fn rule_3_3_5_redistribution_can_leave_a_zone_one_short() {
     // zone-a, 1 in zone-b): zone-b's minimum is ceil(2.45/1.2) = 3, so its
     // desired is raised to 3; zone-a gives 1.45. After one unit zone-a has
     // 0.45 < 0.5 left and upstream stops: zone-b ends with 2 < 3, and the
-    // §3.3.6 re-check reports the Service overloaded. We match upstream.
+    // TH-3.3.6 re-check reports the Service overloaded. We match upstream.
     let cpu = BTreeMap::from([("zone-a".to_owned(), 24_000), ("zone-b".to_owned(), 9_000)]);
     let r = ZoneRatios::from_cpu(&cpu).expect("ratios");
     let mut ps = pass(
@@ -773,7 +773,7 @@ fn rule_3_3_5_populated_flag_is_per_service_not_per_family() {
     assert!(p.cache().allocated_hints("default/web", "IPv6").is_some());
 }
 
-// ---------------------------------------------------------------- §3.3.6
+// ---------------------------------------------------------------- TH-3.3.6
 
 #[rstest]
 #[case::empty_never(counts(&[]), None, false)]
@@ -819,7 +819,7 @@ fn rule_3_3_6_overloaded_services_are_requeued_in_order() {
     assert_eq!(p.set_ratios(None), vec!["ns/a", "ns/b", "ns/c"]);
 }
 
-// ---------------------------------------------------------------- §2.11
+// ---------------------------------------------------------------- ES-2.11
 
 #[test]
 fn rule_2_11_hints_disabled_after_being_populated_warns_and_clears_the_cache() {
@@ -909,7 +909,7 @@ fn rule_2_11_without_annotation_or_valid_td_hints_are_stripped(#[case] td: Optio
     assert_eq!(ps.unchanged.len(), 1);
 }
 
-// ---------------------------------------------------------------- §3.2
+// ---------------------------------------------------------------- TH-3.2
 
 fn hints_of(zone: Option<&str>, node: Option<&str>) -> Option<EndpointHints> {
     Some(EndpointHints {
@@ -1071,7 +1071,7 @@ fn rule_3_3_6_node_change_that_moves_no_allocation_writes_nothing() {
 
 #[test]
 fn rule_3_3_6_requeued_service_keeps_hints_still_within_maximum() {
-    // Upstream quirk: the re-check re-queues the Service, but §3.3.3 only
+    // Upstream quirk: the re-check re-queues the Service, but TH-3.3.3 only
     // rejects existing hints above a zone's maximum, so nothing is written
     // and the stored allocation stays overloaded.
     let s = auto_svc();
@@ -1261,7 +1261,7 @@ proptest! {
                 let floor = (total as f64 * ratio * (1.0 / (1.0 + OVERLOAD_THRESHOLD))).ceil();
                 prop_assert!(have + 1.0 >= floor, "{zone}: {have} + 1 < {floor} ({got:?})");
             }
-            // The cache records exactly the hints written, so §3.3.6 flags
+            // The cache records exactly the hints written, so TH-3.3.6 flags
             // precisely the zones left short.
             let stored = p.cache().allocated_hints("default/web", "IPv4").expect("stored");
             let written: ZoneCounts = got.clone().into_iter().collect();

@@ -1,4 +1,4 @@
-//! The `spec.trafficDistribution` heuristic (endpoints-spec §3.2): same-zone
+//! The `spec.trafficDistribution` heuristic (TH-3.2): same-zone
 //! hints for `PreferClose`/`PreferSameZone`, plus same-node hints for
 //! `PreferSameNode`.
 
@@ -27,7 +27,7 @@ impl TrafficDistribution {
         }
     }
 
-    /// The Service's valid trafficDistribution, if any (`tdValid` of §2.11;
+    /// The Service's valid trafficDistribution, if any (a valid one per ES-2.11;
     /// the PreferSame gate is GA, so always on).
     pub fn of_service(service: &Service) -> Option<Self> {
         service
@@ -50,7 +50,7 @@ impl TrafficDistribution {
     }
 
     /// Whether an existing slice has a ready endpoint whose hints are missing
-    /// or wrong (§3.2). Not-ready endpoints never count.
+    /// or wrong (TH-3.2). Not-ready endpoints never count.
     pub fn needs_update(self, slice: &EndpointSlice) -> bool {
         slice
             .endpoints

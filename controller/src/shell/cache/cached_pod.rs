@@ -39,7 +39,7 @@ pub struct CachedPod {
     pod_ip: Option<Box<str>>,
     pod_ips: Box<[Box<str>]>,
     /// Named ports of the regular containers, then of the sidecars, in
-    /// order: the search order of §1.3. Unnamed ports are dropped, since only
+    /// order: the search order of ES-1.3. Unnamed ports are dropped, since only
     /// a named `targetPort` ever looks a port up.
     named_ports: Box<[NamedPort]>,
     phase: Phase,

@@ -1,5 +1,5 @@
 //! The `allocator-repair` controller: what kube-apiserver's ClusterIP and NodePort
-//! repair loops report (allocation-spec §12), for clusters where svcplane allocates.
+//! repair loops report (AL-12), for clusters where svcplane allocates.
 //!
 //! Every `--allocator-repair-interval` the leader rebuilds the allocator from the
 //! cached Services and records each finding (duplicate, out-of-range or invalid

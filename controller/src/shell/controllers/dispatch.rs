@@ -51,7 +51,7 @@ impl Dispatch {
         }
     }
 
-    /// The Services a Pod change affects (§2.1), from the selector index.
+    /// The Services a Pod change affects (ES-2.1), from the selector index.
     fn services_for_pod(&self, change: &Change<CachedPod>) -> Vec<String> {
         let services = self.cache.services.read();
         match change {

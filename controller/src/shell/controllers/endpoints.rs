@@ -1,4 +1,4 @@
-//! The Endpoints controller's shell (endpoints-spec §4.1, §4.6, §4.7): one legacy
+//! The Endpoints controller's shell (EP-4.1, EP-4.6, EP-4.7): one legacy
 //! `v1.Endpoints` object per Service with a selector, written with create or update
 //! (resourceVersion precondition) or deleted when its Service is gone, never based on
 //! a cached object the controller has already replaced.
@@ -69,7 +69,7 @@ impl EndpointsController {
         self.parts.queue.add(key);
     }
 
-    // --- event handlers (§4.1) ----------------------------------------------------
+    // --- event handlers (EP-4.1) ----------------------------------------------------
 
     /// Once the caches are synced: every Endpoints object but leader-election
     /// records, so leftovers of Services deleted while nobody watched are removed.

@@ -1,5 +1,5 @@
-//! The EndpointSlice controller's shell (endpoints-spec §2.2, §2.9, §2.10, §2.12,
-//! §2.13): read one Service's world from the cache, refuse to act on a cache older
+//! The EndpointSlice controller's shell (ES-2.2, ES-2.9, ES-2.10, ES-2.12,
+//! ES-2.13): read one Service's world from the cache, refuse to act on a cache older
 //! than our own last write, call the pure reconciler, carry the plan out pass by pass,
 //! and keep the tracker, the trigger times, the topology cache and the metrics.
 
@@ -37,7 +37,7 @@ use crate::shell::watch::Change;
 
 /// `reportingController` of this controller's events.
 pub(crate) const COMPONENT: &str = "endpoint-slice-controller";
-/// Slice events are batched at least this long (§2.1).
+/// Slice events are batched at least this long (ES-2.1).
 const MIN_SLICE_EVENT_DELAY: Duration = Duration::from_secs(1);
 
 /// Settings of the EndpointSlice controller.
@@ -50,7 +50,7 @@ pub struct Config {
     pub batch_period: Duration,
 }
 
-/// The per-Service figures behind the three gauges (§2.13): replaced on every pass,
+/// The per-Service figures behind the three gauges (ES-2.13): replaced on every pass,
 /// so a dual-stack Service counts as its last family, as upstream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Figures {
@@ -102,9 +102,9 @@ impl EndpointSliceController {
         self.parts.queue.add(key);
     }
 
-    // --- event handlers (§2.1) --------------------------------------------------
+    // --- event handlers (ES-2.1) --------------------------------------------------
 
-    /// The topology work item (§2.1, §3.3.1, §3.3.6): recompute the zone ratios
+    /// The topology work item (ES-2.1, TH-3.3.1, TH-3.3.6): recompute the zone ratios
     /// from the cached Nodes and queue the Services whose hints they overload.
     pub(crate) fn refresh_topology(&self) {
         let keys = {
@@ -132,7 +132,7 @@ impl EndpointSliceController {
         }
     }
 
-    // --- sync (§2.2) ---------------------------------------------------------------
+    // --- sync (ES-2.2) ---------------------------------------------------------------
 
     fn forget(&self, key: &str) {
         lock(&self.topology).cache_mut().forget_service(key);
@@ -246,7 +246,7 @@ impl EndpointSliceController {
             .inc();
     }
 
-    /// Carries one pass out in order, stopping at the first failed write (§2.9).
+    /// Carries one pass out in order, stopping at the first failed write (ES-2.9).
     /// Returns the writes made.
     async fn apply_pass(
         &self,

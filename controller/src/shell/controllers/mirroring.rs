@@ -1,6 +1,6 @@
-//! The EndpointSliceMirroring controller's shell (endpoints-spec §5): EndpointSlices
+//! The EndpointSliceMirroring controller's shell (MR-5): EndpointSlices
 //! for the hand-written Endpoints of selectorless Services, with the same stale-cache
-//! guard as the EndpointSlice controller (§2.10) over the slices it mirrors.
+//! guard as the EndpointSlice controller (ES-2.10) over the slices it mirrors.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

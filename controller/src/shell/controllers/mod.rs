@@ -2,7 +2,7 @@
 //! key at a time through a pure reconciler and carry its plan out.
 //!
 //! - [`endpointslice`], [`endpoints`], [`mirroring`]: kube-controller-manager's three
-//!   endpoint controllers (endpoints-spec §2, §4, §5);
+//!   endpoint controllers (ES-2, EP-4, MR-5);
 //! - [`allocator_repair`]: periodic ClusterIP/NodePort findings;
 //! - [`dispatch`]: one consumer per watched resource that hands its changes to every
 //!   controller (Pod changes are mapped to Service keys once, for all of them);
@@ -46,8 +46,8 @@ pub(crate) const MAX_RETRIES: u32 = 15;
 /// Why a sync failed; the key is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SyncError {
-    /// Our cache has not caught up with our own last write (endpoints-spec §2.10,
-    /// §4.7); acting on it could duplicate or undo that write.
+    /// Our cache has not caught up with our own last write (ES-2.10,
+    /// EP-4.7); acting on it could duplicate or undo that write.
     #[error("{0} informer cache is out of date")]
     Stale(&'static str),
     /// An API write failed.

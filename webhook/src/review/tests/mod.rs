@@ -1,5 +1,6 @@
 //! Tests of the review core, grouped by concern. Rule tests are named after the
-//! allocation-spec section they pin (`rule_8_3_…`, `rule_8_4_…`, `rule_13_1_…`).
+//! rule they pin: `rule_8_3_…` is WH-8.3 (`docs/webhook.md`), `rule_7_2_…` AL-7.2
+//! (`docs/allocator.md`).
 
 mod decode_tests;
 mod mutate_tests;

@@ -1,4 +1,4 @@
-//! Mutation on CREATE (allocation-spec §5.2, §7.2, §7.3, §13.1, §13.4).
+//! Mutation on CREATE (AL-5.2, AL-7.2, AL-7.3, WH-13.1, WH-13.4).
 
 use serde_json::json;
 use svcplane_allocator::Claim;

@@ -1,4 +1,4 @@
-//! Shape of the AdmissionReview response (allocation-spec §9, §10.2).
+//! Shape of the AdmissionReview response (WH-9, WH-10.2).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -17,7 +17,7 @@ fn empty_patch() -> json_patch::Patch {
 }
 
 #[test]
-fn rule_9_invalid_status_matches_the_spec_example() {
+fn rule_9_invalid_status_matches_the_documented_example() {
     let e = ServiceError::invalid(
         "web",
         FieldError::invalid(
@@ -27,7 +27,7 @@ fn rule_9_invalid_status_matches_the_spec_example() {
         ),
     );
     let got = answer(&Verdict::Deny(e));
-    // The §9 example without `kind`/`apiVersion`, which the API server's encoder adds.
+    // The WH-9 example without `kind`/`apiVersion`, which the API server's encoder adds.
     let want = json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

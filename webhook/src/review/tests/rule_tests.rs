@@ -1,4 +1,4 @@
-//! Rule tables of allocation-spec §8.2 (ClusterIP/NodePort part), §8.3 and §8.4, each
+//! Rule tables of WH-8.2 (ClusterIP/NodePort part), WH-8.3 and WH-8.4, each
 //! row checked against the exact rendered `field: body` texts upstream produces.
 
 use k8s_openapi::api::core::v1::Service;

@@ -1,4 +1,4 @@
-//! Mutation on UPDATE (allocation-spec §5.1, §5.3, §7.3, §7.4, §13.1).
+//! Mutation on UPDATE (AL-5.1, AL-5.3, AL-7.3, AL-7.4, WH-13.1).
 
 use serde_json::{Value, json};
 use svcplane_allocator::{AllocatorConfig, Claim};
@@ -258,7 +258,7 @@ fn rule_8_4_changed_cluster_ip_is_left_to_the_api_server() {
 }
 
 /// An update adding a port or turning `Local` must never be handed a nodePort the
-/// same Service already uses (one nodePort for two port numbers, §13.4): with the
+/// same Service already uses (one nodePort for two port numbers, WH-13.4): with the
 /// Service's own values freed for re-evaluation, the kept ones are held again.
 #[test]
 fn rule_13_4_an_update_never_reuses_a_node_port_the_service_keeps() {

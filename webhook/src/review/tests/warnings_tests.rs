@@ -1,4 +1,4 @@
-//! Dynamic-band warnings (beyond upstream; KEP-3070 / KEP-3668 bands of §2.3, §7.1).
+//! Dynamic-band warnings (beyond upstream; KEP-3070 / KEP-3668 bands of AL-2.3, AL-7.1).
 
 use rstest::rstest;
 use serde_json::json;
@@ -12,7 +12,7 @@ use crate::review::{cluster_ip_band_warning, mutate, node_port_band_warning};
 #[case::v4_16("10.96.0.0/16", "10.96.200.5", Some("10.96.0.1-10.96.1.0"))]
 #[case::v4_16_first_dynamic("10.96.0.0/16", "10.96.1.1", Some("10.96.0.1-10.96.1.0"))]
 #[case::v4_16_last_static("10.96.0.0/16", "10.96.1.0", None)]
-// kubeadm's /12 (the spec's worked example).
+// kubeadm's /12 (the example of AL-2.3).
 #[case::v4_12("10.96.0.0/12", "10.100.0.1", Some("10.96.0.1-10.96.1.0"))]
 #[case::v4_22("10.0.0.0/22", "10.0.0.65", Some("10.0.0.1-10.0.0.64"))]
 #[case::v4_22_static("10.0.0.0/22", "10.0.0.64", None)]
