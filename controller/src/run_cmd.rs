@@ -18,9 +18,9 @@ use std::time::Duration;
 use anyhow::Context;
 use kube::Client;
 use svcplane_allocator::AllocatorConfig;
-use svcplane_webhook::handler::AdmissionHandler;
 use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::server::{ServerConfig, bind};
+use svcplane_webhook::shell::certs::CertPlan;
 use svcplane_webhook::shell::repair::RepairConfig;
 use svcplane_webhook::shell::{KubeClaims, Started, Webhook, WebhookOptions, start_watches};
 use svcplane_webhook::tls::CertStatus;
@@ -42,12 +42,17 @@ pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default namespace of the Lease without `--leader-elect-resource-namespace` and
 /// `POD_NAMESPACE`.
-pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+pub const DEFAULT_LEASE_NAMESPACE: &str = crate::webhook_cmd::DEFAULT_NAMESPACE;
 
 /// The webhook side of a run.
 #[derive(Debug, Clone)]
 pub struct WebhookRun {
-    pub server: ServerConfig,
+    pub bind_address: std::net::SocketAddr,
+    /// Where the serving certificate comes from.
+    pub certs: CertPlan,
+    pub request_timeout: Duration,
+    /// How often the certificate (files or Secret) is looked at again.
+    pub reload_interval: Duration,
     pub options: WebhookOptions,
 }
 
@@ -135,18 +140,13 @@ impl RunOptions {
         };
         let webhook = if args.webhook {
             let w = &args.webhook_server;
-            let (cert, key) = w
-                .cert_files()
+            let certs = crate::webhook_cmd::cert_plan(w)
                 .map_err(|e| anyhow::anyhow!("{e} (or run with --webhook=false)"))?;
             Some(WebhookRun {
-                server: ServerConfig {
-                    bind_address: w.webhook_bind_address,
-                    cert_file: cert,
-                    key_file: key,
-                    request_timeout: w.webhook_request_timeout,
-                    reload_interval: w.tls_reload_interval,
-                    drain: WEBHOOK_DRAIN,
-                },
+                bind_address: w.webhook_bind_address,
+                certs,
+                request_timeout: w.webhook_request_timeout,
+                reload_interval: w.tls_reload_interval,
                 options: WebhookOptions {
                     allocator,
                     seed,
@@ -156,6 +156,7 @@ impl RunOptions {
                     },
                     // Replaced by the process' own counters when the webhook starts.
                     metrics: WebhookMetrics::default(),
+                    identity: identity.clone(),
                 },
             })
         } else {
@@ -168,15 +169,9 @@ impl RunOptions {
                 retry_period: args.leader_elect_retry_period,
             };
             params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let namespace = args
-                .leader_elect_resource_namespace
-                .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|n| !n.is_empty())
-                })
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+            let namespace = crate::webhook_cmd::namespace_or_pod(
+                args.leader_elect_resource_namespace.as_deref(),
+            );
             Some(LeaderRun {
                 namespace,
                 name: args.leader_elect_resource_name.clone(),
@@ -340,12 +335,13 @@ pub async fn run_with_handle(
                         return Ok(());
                     }
                     match webhook_state.get() {
-                        None => Err("webhook not started".into()),
+                        None => Err("webhook not started (no serving certificate yet)".into()),
+                        Some((_, w)) if w.not_ready_reason().is_some() => Err(format!(
+                            "webhook: {}",
+                            w.not_ready_reason().unwrap_or_default()
+                        )),
                         Some((certs, _)) if !certs.is_loaded() => {
                             Err("webhook: no valid certificate loaded".into())
-                        }
-                        Some((_, w)) if !w.is_ready() => {
-                            Err("webhook: allocation watches have not listed yet".into())
                         }
                         Some(_) => Ok(()),
                     }
@@ -402,17 +398,38 @@ async fn run_inner(
     let webhook_watches = CancellationToken::new();
     let mut webhook: Option<(Started, svcplane_webhook::server::Running)> = None;
     if let Some(w) = &options.webhook {
-        if let Err(e) =
-            kube_client::check_crd::<svcplane_webhook::claim::AllocationClaim>(&client).await
-        {
-            warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
-        }
         let mut webhook_options = w.options.clone();
         webhook_options.metrics = metrics.webhook().clone();
         let started = start_watches(client.clone(), webhook_options, webhook_watches.clone())
             .await
             .map_err(RunError::Webhook)?;
-        let running = bind(started.webhook.clone(), w.server.clone(), shutdown.clone())
+        let certs = svcplane_webhook::shell::certs::prepare(
+            &w.certs,
+            &client,
+            w.reload_interval,
+            webhook_watches.clone(),
+        );
+        // Wait for a certificate (self-managed: the first pass over the Secret), or
+        // for shutdown.
+        let certs = tokio::select! {
+            c = certs => c,
+            () = shutdown.cancelled() => None,
+        };
+        let Some((certs, cert_loop)) = certs else {
+            webhook_watches.cancel();
+            return Ok(());
+        };
+        if let Some(t) = cert_loop {
+            spawned.0.push(t.abort_handle());
+        }
+        let server = ServerConfig {
+            bind_address: w.bind_address,
+            certs,
+            request_timeout: w.request_timeout,
+            reload_interval: w.reload_interval,
+            drain: WEBHOOK_DRAIN,
+        };
+        let running = bind(started.webhook.clone(), server, shutdown.clone())
             .await
             .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
         let _ = webhook_state.set((running.certs(), started.webhook.clone()));

@@ -55,6 +55,7 @@ fn options(ranges: &str, ports: &str, seed: u64, repair: RepairConfig) -> Webhoo
         seed,
         repair,
         metrics: WebhookMetrics::default(),
+        identity: format!("replica-{seed}"),
     }
 }
 

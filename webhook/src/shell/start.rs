@@ -29,6 +29,8 @@ pub struct WebhookOptions {
     pub repair: RepairConfig,
     /// Where the webhook counts what it does (registered by the caller's `/metrics`).
     pub metrics: WebhookMetrics,
+    /// This replica's name (`POD_NAME`), shown in answered install probes.
+    pub identity: String,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.
@@ -106,12 +108,15 @@ pub async fn start_watches(
         cancel.clone(),
     )
     .await;
-    let webhook = Arc::new(Webhook::new(
-        state.clone(),
-        KubeClaims::new(client.clone()),
-        readiness.clone(),
-        options.metrics.clone(),
-    ));
+    let webhook = Arc::new(
+        Webhook::new(
+            state.clone(),
+            KubeClaims::new(client.clone()),
+            readiness.clone(),
+            options.metrics.clone(),
+        )
+        .with_identity(options.identity.clone()),
+    );
     Ok(Started {
         webhook,
         tasks,
