@@ -18,8 +18,8 @@
 //! Rules (every one has a test named after it):
 //! 1. nothing usable (absent, unparsable, a key that is not its certificate's) →
 //!    new CA and serving certificate;
-//! 2. a certificate is due once two thirds of its lifetime have passed (cert-manager's
-//!    default), or when expired;
+//! 2. a certificate is due once two thirds of the lifetime it was issued for have
+//!    passed (cert-manager's default), or when expired;
 //! 3. a due CA is replaced; the old CA stays in the bundle (until it expires), so a
 //!    replica still serving a certificate it signed stays trusted;
 //! 4. the serving certificate is re-issued from the current CA when it is due, names
@@ -160,10 +160,23 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
-    /// Rule 2: two thirds of the lifetime have passed, or it has expired.
+    /// When it was issued: `notBefore` plus the [`BACKDATE`] svcplane applies (a
+    /// certificate svcplane did not issue may have less; then `notBefore` itself).
+    pub fn issued(&self) -> i64 {
+        let backdated = self.not_before.saturating_add(BACKDATE.as_secs() as i64);
+        if backdated < self.not_after {
+            backdated
+        } else {
+            self.not_before
+        }
+    }
+
+    /// Rule 2: two thirds of the lifetime it was issued for have passed, or it has
+    /// expired.
     pub fn due(&self, now: i64) -> bool {
-        let lifetime = self.not_after.saturating_sub(self.not_before).max(0);
-        now >= self.not_before.saturating_add(lifetime * 2 / 3) || self.expired(now)
+        let issued = self.issued();
+        let lifetime = self.not_after.saturating_sub(issued).max(0);
+        now >= issued.saturating_add(lifetime * 2 / 3) || self.expired(now)
     }
 
     /// Past `notAfter`.
@@ -310,7 +323,7 @@ fn wanted_hosts(settings: &Settings) -> BTreeSet<String> {
 }
 
 fn settled(ca: &CertInfo, settings: &Settings, now: i64) -> bool {
-    now >= ca.not_before + BACKDATE.as_secs() as i64 + settings.settle.as_secs() as i64
+    now >= ca.issued() + settings.settle.as_secs() as i64
 }
 
 /// Whether the serving certificate, as it is, is fit to serve (it may still be due).

@@ -81,23 +81,33 @@ fn rule_1_nothing_usable_creates_a_ca_and_a_serving_certificate() {
 
 #[test]
 fn rule_2_a_certificate_is_due_after_two_thirds_of_its_lifetime() {
+    // Issued at 3600 (notBefore backdated by an hour), for 300 s.
     let c = CertInfo {
         not_before: 0,
-        not_after: 300,
+        not_after: 3900,
         is_ca: false,
         hosts: BTreeSet::new(),
         subject: Vec::new(),
     };
-    assert!(!c.due(199));
-    assert!(c.due(200));
-    assert!(!c.expired(299));
-    assert!(c.expired(300) && c.due(300));
-    // The serving certificate of a fresh install is re-issued at two thirds of
-    // (30 days + the hour of backdating), the CA is untouched.
+    assert_eq!(c.issued(), 3600);
+    assert!(!c.due(3799));
+    assert!(c.due(3800));
+    assert!(!c.expired(3899));
+    assert!(c.expired(3900) && c.due(3900));
+    // A certificate without svcplane's backdating counts from notBefore.
+    let foreign = CertInfo {
+        not_before: 0,
+        not_after: 300,
+        ..c.clone()
+    };
+    assert_eq!(foreign.issued(), 0);
+    assert!(!foreign.due(199) && foreign.due(200));
+    // The serving certificate of a fresh install is re-issued at two thirds of its 30
+    // days; the CA is untouched.
     let m = created(T0);
     let at = first(&m, T0, Action::ReissueCert);
-    let due = T0 - HOUR + (30 * DAY + HOUR) * 2 / 3;
-    assert!(at >= due && at < due + HOUR, "{at} vs {due}");
+    let due = T0 + 30 * DAY * 2 / 3;
+    assert_eq!(at, due);
     let (n, changed) = step(&m, at);
     assert!(changed);
     assert_eq!(n.ca_bundle, m.ca_bundle, "same CA");
@@ -111,7 +121,7 @@ fn rule_2_a_certificate_is_due_after_two_thirds_of_its_lifetime() {
 fn rule_3_a_due_ca_is_replaced_and_the_old_one_stays_trusted() {
     let m = created(T0);
     let at = first(&m, T0, Action::RotateCa);
-    assert!(at >= T0 - HOUR + (300 * DAY + HOUR) * 2 / 3);
+    assert_eq!(at, T0 + 300 * DAY * 2 / 3);
     // Keep the serving certificate fresh up to the rotation, as the loop would.
     let (m, _) = step(&m, at - 2 * DAY);
     let (n, changed) = step(&m, at);
