@@ -396,47 +396,27 @@ async fn run_inner(
     let mut spawned = AbortOnDrop::default();
     // Webhook: every replica. Its watches outlive the server's drain.
     let webhook_watches = CancellationToken::new();
-    let mut webhook: Option<(Started, svcplane_webhook::server::Running)> = None;
+    let mut webhook: Option<(Started, tokio::task::JoinHandle<Result<(), String>>)> = None;
     if let Some(w) = &options.webhook {
         let mut webhook_options = w.options.clone();
         webhook_options.metrics = metrics.webhook().clone();
         let started = start_watches(client.clone(), webhook_options, webhook_watches.clone())
             .await
             .map_err(RunError::Webhook)?;
-        let certs = svcplane_webhook::shell::certs::prepare(
-            &w.certs,
-            &client,
-            w.reload_interval,
-            webhook_watches.clone(),
-        );
-        // Wait for a certificate (self-managed: the first pass over the Secret), or
-        // for shutdown.
-        let certs = tokio::select! {
-            c = certs => c,
-            () = shutdown.cancelled() => None,
-        };
-        let Some((certs, cert_loop)) = certs else {
-            webhook_watches.cancel();
-            return Ok(());
-        };
-        if let Some(t) = cert_loop {
-            spawned.0.push(t.abort_handle());
-        }
-        let server = ServerConfig {
-            bind_address: w.bind_address,
-            certs,
-            request_timeout: w.request_timeout,
-            reload_interval: w.reload_interval,
-            drain: WEBHOOK_DRAIN,
-        };
-        let running = bind(started.webhook.clone(), server, shutdown.clone())
-            .await
-            .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
-        let _ = webhook_state.set((running.certs(), started.webhook.clone()));
         spawned
             .0
             .extend(started.tasks.iter().map(|t| t.abort_handle()));
-        webhook = Some((started, running));
+        // The HTTPS server in the background: a self-managed certificate may take a
+        // while (or need RBAC fixed), and the controllers must not wait for it.
+        let serving = tokio::spawn(serve_webhook(
+            w.clone(),
+            client.clone(),
+            started.webhook.clone(),
+            webhook_state.clone(),
+            shutdown.clone(),
+        ));
+        spawned.0.push(serving.abort_handle());
+        webhook = Some((started, serving));
     }
 
     // Leadership.
@@ -549,16 +529,68 @@ async fn run_inner(
     }
     // 3) the webhook drains (its token is the shutdown token; on a lost lease the
     //    process exits and the kubelet restarts it).
-    if let Some((_, running)) = webhook {
+    if let Some((_, serving)) = webhook {
         if lost {
             shutdown.cancel();
         }
-        if let Err(e) = running.wait().await {
-            error!(error = %e, "webhook server");
+        match serving.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                if outcome.is_ok() {
+                    outcome = Err(RunError::Webhook(e));
+                }
+            }
+            Err(e) => error!(error = %e, "webhook server task"),
         }
     }
     webhook_watches.cancel();
     outcome
+}
+
+/// The webhook's HTTPS server: its certificate (self-managed: the first pass over the
+/// Secret, retried until it works or shutdown), then serving until shutdown and the
+/// drain. A server that cannot start stops the whole process (as a bad flag would):
+/// it cancels `shutdown` and returns the error.
+async fn serve_webhook(
+    w: WebhookRun,
+    client: Client,
+    webhook: Arc<Webhook<KubeClaims>>,
+    state: WebhookState,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let prepared = svcplane_webhook::shell::certs::prepare(
+        &w.certs,
+        &client,
+        w.reload_interval,
+        shutdown.clone(),
+    )
+    .await;
+    let Some((certs, cert_loop)) = prepared else {
+        return Ok(());
+    };
+    let server = ServerConfig {
+        bind_address: w.bind_address,
+        certs,
+        request_timeout: w.request_timeout,
+        reload_interval: w.reload_interval,
+        drain: WEBHOOK_DRAIN,
+    };
+    let result = match bind(webhook.clone(), server, shutdown.clone()).await {
+        Ok(running) => {
+            let _ = state.set((running.certs(), webhook));
+            running.wait().await.map_err(|e| format!("{e:#}"))
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            error!(error = %msg, "the webhook server cannot start; stopping");
+            shutdown.cancel();
+            Err(msg)
+        }
+    };
+    if let Some(t) = cert_loop {
+        t.abort();
+    }
+    result
 }
 
 /// `svcplane run` from the command line: build the client (with the QPS limit),

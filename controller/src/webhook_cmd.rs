@@ -7,10 +7,11 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use svcplane_webhook::server::{ServerConfig, serve};
+use svcplane_webhook::server::{ServerConfig, bind};
 use svcplane_webhook::shell::certs::{self, CertPlan};
 use svcplane_webhook::shell::repair::RepairConfig;
 use svcplane_webhook::shell::{WebhookOptions, start};
+use svcplane_webhook::tls::CertStatus;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -108,11 +109,22 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
+    // Set once the HTTPS server is listening with a certificate.
+    let serving: Arc<std::sync::OnceLock<Arc<CertStatus>>> = Arc::default();
     let ready: admin::ReadinessCheck = {
         let webhook = Arc::clone(&started.webhook);
-        Arc::new(move || match webhook.not_ready_reason() {
-            None => Ok(()),
-            Some(why) => Err(format!("webhook: {why}")),
+        let serving = Arc::clone(&serving);
+        Arc::new(move || {
+            if let Some(why) = webhook.not_ready_reason() {
+                return Err(format!("webhook: {why}"));
+            }
+            match serving.get() {
+                None => Err("webhook: not serving yet (no certificate)".into()),
+                Some(certs) if !certs.is_loaded() => {
+                    Err("webhook: no valid certificate loaded".into())
+                }
+                Some(_) => Ok(()),
+            }
         })
     };
     let admin_stop = CancellationToken::new();
@@ -143,7 +155,13 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
                 reload_interval: args.server.tls_reload_interval,
                 drain: DRAIN,
             };
-            serve(Arc::clone(&started.webhook), config, cancel.clone()).await
+            match bind(Arc::clone(&started.webhook), config, cancel.clone()).await {
+                Ok(running) => {
+                    let _ = serving.set(running.certs());
+                    running.wait().await
+                }
+                Err(e) => Err(e),
+            }
         }
     };
     admin_stop.cancel();

@@ -502,3 +502,66 @@ async fn self_managed_certificates_one_ca_for_all_replicas_published_and_rotated
     }
     envtest::delete_namespace(&env.client, &ns).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_leads_without_a_webhook_certificate_and_stops_when_the_webhook_cannot_listen() {
+    let Some(env) = env("e2e_install_run").await else {
+        return;
+    };
+    install_claim_crd(&env.client).await.unwrap();
+    let ns = envtest::create_namespace(&env.client, "svcplane-run-")
+        .await
+        .unwrap();
+    // The certificate Secret cannot be created (its namespace does not exist): the
+    // webhook waits for it, the controllers do not.
+    let admin = admin_addr();
+    let args = vec![
+        "run".to_owned(),
+        format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
+        "--tls-secret-name=svcplane-webhook-certs".into(),
+        "--tls-secret-namespace=no-such-namespace".into(),
+        format!("--webhook-bind-address=127.0.0.1:{}", free_port()),
+        format!("--metrics-bind-address={admin}"),
+        format!("--leader-elect-resource-namespace={ns}"),
+        "--controllers=endpointslice".into(),
+    ];
+    let mut p = SvcplaneProcess::spawn(&env.bin, "run-no-cert", &args, Some(admin));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while svcplane_tests::binary::lease_holder(&env.client, &ns)
+        .await
+        .as_deref()
+        != Some("run-no-cert")
+    {
+        assert!(!p.exited(), "exited");
+        assert!(
+            Instant::now() < deadline,
+            "never led while the certificate was missing"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, body) =
+        readyz_until(&mut p, "no serving certificate", Duration::from_secs(10)).await;
+    assert_eq!(code, 503, "{body}");
+    drop(p);
+
+    // A webhook address already taken: the process stops with the reason.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = admin_addr();
+    let args = vec![
+        "run".to_owned(),
+        format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
+        format!("--tls-cert-file={}", env.certs.cert_file.display()),
+        format!("--tls-private-key-file={}", env.certs.key_file.display()),
+        format!("--webhook-bind-address={}", taken.local_addr().unwrap()),
+        format!("--metrics-bind-address={admin}"),
+        format!("--leader-elect-resource-namespace={ns}"),
+        "--controllers=endpointslice".into(),
+    ];
+    let (log, err) = stderr_file(&env, "run-taken");
+    let mut p = SvcplaneProcess::spawn_with_stderr(&env.bin, "run-taken", &args, Some(admin), err);
+    let code = p.wait(Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{}", std::fs::read_to_string(&log).unwrap());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("cannot listen on"), "{text}");
+    envtest::delete_namespace(&env.client, &ns).await;
+}

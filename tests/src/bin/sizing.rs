@@ -237,7 +237,7 @@ async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {
             )
             .await?;
             let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-            if d % 10_000 == 0 {
+            if d.is_multiple_of(10_000) {
                 log(&format!("{d} pods"));
             }
             anyhow::Ok(())
