@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use svcplane_tests::binary::{SvcplaneProcess, free_port};
-use svcplane_tests::envtest::{self, Flavor};
+use svcplane_tests::envtest;
 use svcplane_tests::sim::cluster::{NodeSpec, PodFactory, nodes, services};
 use svcplane_tests::webhook_env::{certs, install_claim_crd};
 
@@ -65,6 +65,62 @@ struct Args {
 
 const NAMESPACES: usize = 10;
 const CONCURRENCY: usize = 48;
+/// Attempts per object: a loaded API server closes a connection now and then.
+const ATTEMPTS: u32 = 5;
+
+/// Creates `obj` (an existing one counts: a retried create may have gone through), then
+/// merges `status` into its status subresource; each step retried.
+async fn create<K>(api: &Api<K>, obj: &K, status: Option<&Value>) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let mut attempt = 0;
+    loop {
+        let created = match api.create(&PostParams::default(), obj).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        };
+        let result = match (created, status) {
+            (Ok(()), Some(st)) => api
+                .patch_status(&name, &Default::default(), &kube::api::Patch::Merge(st))
+                .await
+                .map(|_| ()),
+            (r, _) => r,
+        };
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt + 1 >= ATTEMPTS => {
+                return Err(e).with_context(|| format!("creating {name}"));
+            }
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+}
+
+/// A harness of our own: the shared helper stops its harness after 30 minutes, and a
+/// 100 000-Pod run takes longer. It stops when this process exits (its stdin closes).
+fn start_harness() -> anyhow::Result<(std::process::Child, PathBuf)> {
+    use std::io::BufRead;
+    let mut child = Command::new(envtest::harness_bin())
+        .arg("--timeout=4h")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the envtest harness (SVCPLANE_ENVTEST_BIN)")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    if line.trim().is_empty() {
+        bail!("the harness did not report a kubeconfig");
+    }
+    Ok((child, PathBuf::from(line.trim())))
+}
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -157,8 +213,10 @@ async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {
             bin.display()
         );
     }
-    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "sizing") else {
-        bail!("the envtest harness is needed (SVCPLANE_ENVTEST_BIN)");
+    let (_harness, kubeconfig) = start_harness()?;
+    let cluster = envtest::Cluster {
+        kubeconfig,
+        external: false,
     };
     let client = cluster.client().await?;
     install_claim_crd(&client).await?;
@@ -180,15 +238,7 @@ async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {
         let body = n.to_json();
         async move {
             let node: Node = serde_json::from_value(for_create(body.clone()))?;
-            api.create(&PostParams::default(), &node).await?;
-            let status = json!({"status": body["status"]});
-            api.patch_status(
-                node.metadata.name.as_deref().unwrap_or_default(),
-                &Default::default(),
-                &kube::api::Patch::Merge(&status),
-            )
-            .await?;
-            anyhow::Ok(())
+            create(&api, &node, Some(&json!({"status": body["status"]}))).await
         }
     }))
     .buffer_unordered(CONCURRENCY)
@@ -201,8 +251,7 @@ async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {
         let body = s.to_json();
         async move {
             let svc: Service = serde_json::from_value(for_create(body))?;
-            api.create(&PostParams::default(), &svc).await?;
-            anyhow::Ok(())
+            create(&api, &svc, None).await
         }
     }))
     .buffer_unordered(CONCURRENCY)
@@ -228,14 +277,7 @@ async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {
         let done = &done;
         async move {
             let pod: Pod = serde_json::from_value(for_create(body.clone()))?;
-            api.create(&PostParams::default(), &pod).await?;
-            let status = json!({"status": body["status"]});
-            api.patch_status(
-                &p.name,
-                &Default::default(),
-                &kube::api::Patch::Merge(&status),
-            )
-            .await?;
+            create(&api, &pod, Some(&json!({"status": body["status"]}))).await?;
             let d = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if d.is_multiple_of(10_000) {
                 log(&format!("{d} pods"));
