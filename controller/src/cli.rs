@@ -2,6 +2,11 @@
 //!
 //! Only the definitions live here; `main.rs` parses them and hands the chosen
 //! subcommand to the library (`plan::run` for `svcplane plan`).
+//!
+//! Flag names, syntax and semantics follow kube-controller-manager where it has the
+//! flag: `--controllers` takes its canonical controller names and their aliases,
+//! durations are Go durations ([`crate::duration`]), `-v N` is klog's verbosity
+//! ([`crate::logging`]).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,11 +17,53 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::core::endpointslice::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE_LIMIT};
 use crate::shell::registry;
 
-/// svcplane: the Kubernetes Service-networking control plane (EndpointSlices,
-/// Endpoints, mirroring, ClusterIP/NodePort allocation), in Rust.
+/// `--help` headings, so `svcplane run --help` reads by topic.
+pub mod heading {
+    pub const CONTROLLERS: &str = "Controllers";
+    pub const ENDPOINTSLICE: &str = "EndpointSlice";
+    pub const ENDPOINTS: &str = "Endpoints & mirroring";
+    pub const ALLOCATOR: &str = "Allocator & webhook";
+    pub const TLS: &str = "Webhook TLS";
+    pub const LEADER: &str = "Leader election";
+    pub const API: &str = "API client";
+    pub const OBSERVABILITY: &str = "Observability";
+    pub const LIFECYCLE: &str = "Lifecycle";
+    pub const CHECK: &str = "Check";
+    pub const INPUT: &str = "Input & output";
+}
+
+const ABOUT: &str = "The control plane of Kubernetes Service networking: \
+kube-controller-manager's EndpointSlice, Endpoints and EndpointSlice-mirroring \
+controllers, and a ClusterIP/NodePort allocator served as an admission webhook.";
+
+const LONG_ABOUT: &str = "The control plane of Kubernetes Service networking: \
+kube-controller-manager's EndpointSlice, Endpoints and EndpointSlice-mirroring \
+controllers, and a ClusterIP/NodePort allocator served as an admission webhook.
+
+Start with:
+  svcplane plan -f cluster.yaml       offline: what the controllers would write for a cluster dump
+  svcplane run --kubeconfig FILE ...  controllers + webhook, as the Helm chart deploys them
+  svcplane check -n kube-system       is the installed webhook answering?
+  svcplane crd | kubectl apply -f -   the AllocationClaim CRD the webhook needs
+
+Documentation: README.md and charts/svcplane/README.md in the repository.";
+
+/// The `svcplane` command line.
 #[derive(Debug, Parser)]
-#[command(name = "svcplane", version, about, long_about = None)]
+#[command(
+    name = "svcplane",
+    version = crate::build_info::VERSION_LINE,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+)]
 pub struct Cli {
+    /// Log verbosity, as klog's `-v`: 0-2 info, 3 svcplane debug, 4 debug, 5 svcplane
+    /// trace, 6+ trace. `RUST_LOG` per-target directives refine it.
+    #[arg(short = 'v', long = "v", value_name = "N", global = true, env = "SVCPLANE_V",
+          value_parser = clap::value_parser!(u8).range(0..=10),
+          help_heading = heading::OBSERVABILITY)]
+    pub verbosity: Option<u8>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -31,7 +78,10 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Run the admission webhook alone: assign ClusterIPs and NodePorts to new
     /// Services and reject invalid ones (HTTPS, AdmissionReview v1).
-    Webhook(WebhookArgs),
+    Webhook(Box<WebhookArgs>),
+    /// Check that the installed webhook answers: a server-side dry-run create of a
+    /// probe Service, retried until svcplane's answer shows or the timeout.
+    Check(CheckArgs),
     /// Print the CustomResourceDefinition of svcplane's AllocationClaim (the
     /// webhook's cross-replica lock) as YAML, for `kubectl apply -f -`.
     Crd,
@@ -207,13 +257,13 @@ fn parse_object_ref(value: &str) -> Result<ObjectRef, String> {
 pub struct WebhookArgs {
     /// kubeconfig file; without it the in-cluster configuration (or
     /// `$KUBECONFIG` / `~/.kube/config`) is used.
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG")]
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG", help_heading = heading::API)]
     pub kubeconfig: Option<PathBuf>,
 
     #[command(flatten)]
     pub server: WebhookServerFlags,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = heading::ALLOCATOR)]
     pub ranges: AllocatorRanges,
 
     /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
@@ -221,13 +271,41 @@ pub struct WebhookArgs {
         long,
         value_name = "ADDR",
         env = "SVCPLANE_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080"
+        default_value = "0.0.0.0:8080",
+        help_heading = heading::OBSERVABILITY
     )]
     pub metrics_bind_address: std::net::SocketAddr,
 
     /// Log line format.
-    #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
+    #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT",
+          help_heading = heading::OBSERVABILITY)]
     pub log_format: LogFormat,
+}
+
+/// Flags of `svcplane check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// kubeconfig file; without it the in-cluster configuration (or
+    /// `$KUBECONFIG` / `~/.kube/config`) is used.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG", help_heading = heading::API)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace of the probe Service: the release namespace (the chart's webhook
+    /// configurations review probes there and nothing else). Default: `$POD_NAMESPACE`,
+    /// else `kube-system`.
+    #[arg(short = 'n', long, value_name = "NAMESPACE", env = "SVCPLANE_CHECK_NAMESPACE",
+          help_heading = heading::CHECK)]
+    pub namespace: Option<String>,
+
+    /// Give up (exit 1) when the webhook has not answered for this long.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_positive_duration,
+          env = "SVCPLANE_CHECK_TIMEOUT", help_heading = heading::CHECK)]
+    pub timeout: std::time::Duration,
+
+    /// Time between probes.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_CHECK_INTERVAL", help_heading = heading::CHECK)]
+    pub interval: std::time::Duration,
 }
 
 /// `--controllers` as kube-controller-manager reads it: `name` enables a controller,
@@ -268,8 +346,10 @@ fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
         let known = item == "*" || registry::canonical(name).is_some();
         if !known {
             return Err(format!(
-                "unknown controller {item:?}; known: {}, `*` for all, `-name` to disable one",
-                registry::names().collect::<Vec<_>>().join(", ")
+                "unknown controller {item:?}; known: {} (or kube-controller-manager's {}), \
+                 `*` for all, `-name` to disable one",
+                registry::names().collect::<Vec<_>>().join(", "),
+                registry::aliases().collect::<Vec<_>>().join(", ")
             ));
         }
         items.push(item.to_owned());
@@ -280,91 +360,76 @@ fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
 /// Flags of `svcplane run` (kube-controller-manager's names where it has them).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// kubeconfig file; without it the in-cluster configuration (or
-    /// `$KUBECONFIG` / `~/.kube/config`) is used.
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Controllers to run: names, `-name` to disable one, `*` for all.
+    /// Controllers to run: names, `-name` to disable one, `*` for all. Names:
+    /// endpointslice, endpoints, endpointslicemirroring, allocator-repair, or
+    /// kube-controller-manager's endpointslice-controller, endpoints-controller
+    /// (endpoint), endpointslice-mirroring-controller.
     #[arg(long, value_name = "LIST", env = "SVCPLANE_CONTROLLERS",
           default_value = "endpointslice,endpoints,endpointslicemirroring,allocator-repair",
-          value_parser = parse_controller_list)]
+          value_parser = parse_controller_list, help_heading = heading::CONTROLLERS)]
     pub controllers: ControllerList,
 
     /// Maximum number of endpoints in one EndpointSlice (1..=1000).
     #[arg(long, value_name = "N", env = "SVCPLANE_MAX_ENDPOINTS_PER_SLICE",
           default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
-          value_parser = clap::value_parser!(u16).range(1..=(MAX_ENDPOINTS_PER_SLICE_LIMIT as i64)))]
+          value_parser = clap::value_parser!(u16).range(1..=(MAX_ENDPOINTS_PER_SLICE_LIMIT as i64)),
+          help_heading = heading::ENDPOINTSLICE)]
     pub max_endpoints_per_slice: u16,
 
     /// Maximum number of addresses mirrored per Endpoints subset (1..=1000).
     #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_MAX_ENDPOINTS_PER_SUBSET",
-          default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+          default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000),
+          help_heading = heading::ENDPOINTS)]
     pub mirroring_max_endpoints_per_subset: u16,
 
     /// Delay before a Pod change is synced into the Endpoints object, batching the
     /// changes that arrive meanwhile. Also the default of the two batch periods below.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
-          default_value = "0s", value_parser = parse_duration)]
+          default_value = "0s", value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
     pub endpoint_updates_batch_period: std::time::Duration,
 
     /// The same for EndpointSlices (Pod and slice changes); defaults to
     /// `--endpoint-updates-batch-period`.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
     pub endpointslice_updates_batch_period: Option<std::time::Duration>,
 
     /// The same for mirrored EndpointSlices (slice changes); defaults to
     /// `--endpoint-updates-batch-period`.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_MIRRORING_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
     pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
 
     /// Services synced at once by the EndpointSlice controller (1..=50).
     #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = heading::ENDPOINTSLICE)]
     pub concurrent_service_endpoint_syncs: u16,
 
     /// Services synced at once by the Endpoints controller (1..=50).
     #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = heading::ENDPOINTS)]
     pub concurrent_endpoint_syncs: u16,
 
     /// Endpoints objects synced at once by the mirroring controller (1..=50).
     #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50))]
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = heading::ENDPOINTS)]
     pub mirroring_concurrent_service_endpoint_syncs: u16,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = heading::ALLOCATOR)]
     pub ranges: AllocatorRanges,
 
     /// How often the allocator repair looks for duplicate and out-of-range values.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_ALLOCATOR_REPAIR_INTERVAL",
-          default_value = "3m", value_parser = parse_positive_duration)]
+          default_value = "3m", value_parser = parse_positive_duration,
+          help_heading = heading::ALLOCATOR)]
     pub allocator_repair_interval: std::time::Duration,
-
-    /// Average API requests per second (client-side limit); 0 disables the limit.
-    #[arg(long, value_name = "QPS", env = "SVCPLANE_KUBE_API_QPS", default_value_t = 20.0,
-          value_parser = parse_qps)]
-    pub kube_api_qps: f64,
-
-    /// API requests allowed in a burst above the QPS.
-    #[arg(long, value_name = "N", env = "SVCPLANE_KUBE_API_BURST", default_value_t = 30,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub kube_api_burst: u32,
-
-    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "SVCPLANE_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080"
-    )]
-    pub metrics_bind_address: std::net::SocketAddr,
 
     /// Serve the admission webhook (`--webhook=false` to run the controllers only).
     #[arg(long, value_name = "BOOL", env = "SVCPLANE_WEBHOOK", default_value_t = true,
-          action = clap::ArgAction::Set)]
+          action = clap::ArgAction::Set, help_heading = heading::ALLOCATOR)]
     pub webhook: bool,
 
     #[command(flatten)]
@@ -372,23 +437,23 @@ pub struct RunArgs {
 
     /// Elect a leader among replicas; only the leader runs controllers and writes.
     #[arg(long, value_name = "BOOL", env = "SVCPLANE_LEADER_ELECT", default_value_t = true,
-          action = clap::ArgAction::Set)]
+          action = clap::ArgAction::Set, help_heading = heading::LEADER)]
     pub leader_elect: bool,
 
     /// How long a Lease stays valid without renewal; followers wait this long after
     /// the last renewal they saw before taking over.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_LEADER_ELECT_LEASE_DURATION")]
+          env = "SVCPLANE_LEADER_ELECT_LEASE_DURATION", help_heading = heading::LEADER)]
     pub leader_elect_lease_duration: std::time::Duration,
 
     /// A leader that cannot renew within this long stops (the process exits).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_LEADER_ELECT_RENEW_DEADLINE")]
+          env = "SVCPLANE_LEADER_ELECT_RENEW_DEADLINE", help_heading = heading::LEADER)]
     pub leader_elect_renew_deadline: std::time::Duration,
 
     /// Time between acquire and renew attempts.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_LEADER_ELECT_RETRY_PERIOD")]
+          env = "SVCPLANE_LEADER_ELECT_RETRY_PERIOD", help_heading = heading::LEADER)]
     pub leader_elect_retry_period: std::time::Duration,
 
     /// Name of the Lease.
@@ -396,7 +461,8 @@ pub struct RunArgs {
         long,
         value_name = "NAME",
         default_value = "svcplane",
-        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAME"
+        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAME",
+        help_heading = heading::LEADER
     )]
     pub leader_elect_resource_name: String,
 
@@ -404,31 +470,63 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "NAMESPACE",
-        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAMESPACE"
+        env = "SVCPLANE_LEADER_ELECT_RESOURCE_NAMESPACE",
+        help_heading = heading::LEADER
     )]
     pub leader_elect_resource_namespace: Option<String>,
 
+    /// kubeconfig file; without it the in-cluster configuration (or
+    /// `$KUBECONFIG` / `~/.kube/config`) is used.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_KUBECONFIG", help_heading = heading::API)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Average API requests per second (client-side limit); 0 disables the limit.
+    #[arg(long, value_name = "QPS", env = "SVCPLANE_KUBE_API_QPS", default_value_t = 20.0,
+          value_parser = parse_qps, help_heading = heading::API)]
+    pub kube_api_qps: f64,
+
+    /// API requests allowed in a burst above the QPS.
+    #[arg(long, value_name = "N", env = "SVCPLANE_KUBE_API_BURST", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = heading::API)]
+    pub kube_api_burst: u32,
+
+    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SVCPLANE_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080",
+        help_heading = heading::OBSERVABILITY
+    )]
+    pub metrics_bind_address: std::net::SocketAddr,
+
     /// Time allowed after SIGTERM for in-flight writes and the webhook drain.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration,
-          env = "SVCPLANE_SHUTDOWN_GRACE_PERIOD")]
+          env = "SVCPLANE_SHUTDOWN_GRACE_PERIOD", help_heading = heading::LIFECYCLE)]
     pub shutdown_grace_period: std::time::Duration,
 
     /// Log line format.
-    #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT")]
+    #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT",
+          help_heading = heading::OBSERVABILITY)]
     pub log_format: LogFormat,
 }
 
 impl RunArgs {
-    /// Checks clap cannot express: the certificate flags are required unless
+    /// Checks clap cannot express: a certificate source is required unless
     /// `--webhook=false`.
     pub fn check(&self) -> Result<(), String> {
         if self.webhook {
             self.webhook_server
-                .cert_files()
+                .cert_source()
                 .map_err(|e| format!("{e} (or run with --webhook=false)"))?;
         }
         Ok(())
     }
+}
+
+/// A duration flag: Go's `time.ParseDuration` syntax, not negative.
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    crate::duration::parse_go_duration(value).map_err(|e| e.to_string())
 }
 
 fn parse_positive_duration(value: &str) -> Result<std::time::Duration, String> {
@@ -458,49 +556,118 @@ pub struct WebhookServerFlags {
         long,
         value_name = "ADDR",
         default_value = "0.0.0.0:9443",
-        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS"
+        env = "SVCPLANE_WEBHOOK_BIND_ADDRESS",
+        help_heading = heading::ALLOCATOR
     )]
     pub webhook_bind_address: std::net::SocketAddr,
 
-    /// PEM certificate chain served by the webhook (re-read when it changes);
-    /// required whenever the webhook runs.
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE")]
+    /// PEM certificate chain served by the webhook (re-read when it changes). One
+    /// certificate source is required whenever the webhook runs: these two files, or
+    /// `--tls-secret-name`.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_CERT_FILE", help_heading = heading::TLS)]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// PEM private key of the webhook certificate; required whenever the webhook
-    /// runs.
-    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE")]
+    /// PEM private key of the webhook certificate (with `--tls-cert-file`).
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_TLS_PRIVATE_KEY_FILE", help_heading = heading::TLS)]
     pub tls_private_key_file: Option<PathBuf>,
 
-    /// How often the certificate files are checked for changes.
+    /// svcplane manages its own certificates in this Secret: it creates a CA and a
+    /// serving certificate, rotates both before they expire, and keeps the caBundle
+    /// of `--webhook-configuration-name` current. Replicas share the Secret (one
+    /// writer wins each change; never two CAs).
+    #[arg(long, value_name = "NAME", env = "SVCPLANE_TLS_SECRET_NAME", help_heading = heading::TLS)]
+    pub tls_secret_name: Option<String>,
+
+    /// Namespace of `--tls-secret-name` (default: `$POD_NAMESPACE`, else `kube-system`);
+    /// also the webhook Service's namespace in the certificate's names.
+    #[arg(long, value_name = "NAMESPACE", env = "SVCPLANE_TLS_SECRET_NAMESPACE", help_heading = heading::TLS)]
+    pub tls_secret_namespace: Option<String>,
+
+    /// With `--tls-secret-name`: the webhook Service the API server calls; the serving
+    /// certificate is issued for `<name>.<namespace>.svc` and `...svc.cluster.local`.
+    #[arg(long, value_name = "NAME", default_value = "svcplane-webhook",
+          env = "SVCPLANE_WEBHOOK_SERVICE_NAME", help_heading = heading::TLS)]
+    pub webhook_service_name: String,
+
+    /// With `--tls-secret-name`: extra names (DNS names or IP addresses) for the
+    /// serving certificate, comma-separated (e.g. when the API server calls a URL).
+    #[arg(long, value_name = "HOSTS", value_delimiter = ',', env = "SVCPLANE_TLS_EXTRA_HOSTS",
+          help_heading = heading::TLS)]
+    pub tls_extra_hosts: Vec<String>,
+
+    /// With `--tls-secret-name`: the Mutating- and ValidatingWebhookConfiguration
+    /// (both of this name) whose `caBundle` svcplane keeps current; empty: none.
+    #[arg(long, value_name = "NAME", default_value = "svcplane",
+          env = "SVCPLANE_WEBHOOK_CONFIGURATION_NAME", help_heading = heading::TLS)]
+    pub webhook_configuration_name: String,
+
+    /// With `--tls-secret-name`: lifetime of the CA; it is replaced once two thirds
+    /// of it have passed (the old CA stays trusted until it expires).
+    #[arg(long, value_name = "DURATION", default_value = "87600h", value_parser = parse_positive_duration,
+          env = "SVCPLANE_TLS_CA_VALIDITY", help_heading = heading::TLS)]
+    pub tls_ca_validity: std::time::Duration,
+
+    /// With `--tls-secret-name`: lifetime of the serving certificate; it is re-issued
+    /// once two thirds of it have passed.
+    #[arg(long, value_name = "DURATION", default_value = "8760h", value_parser = parse_positive_duration,
+          env = "SVCPLANE_TLS_CERT_VALIDITY", help_heading = heading::TLS)]
+    pub tls_cert_validity: std::time::Duration,
+
+    /// How often the certificate (files or Secret) is checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_TLS_RELOAD_INTERVAL")]
+          env = "SVCPLANE_TLS_RELOAD_INTERVAL", help_heading = heading::TLS)]
     pub tls_reload_interval: std::time::Duration,
 
     /// Per-request deadline; keep it below the webhook configuration's
     /// `timeoutSeconds` so the API server gets an answer, not a timeout.
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT")]
+          env = "SVCPLANE_WEBHOOK_REQUEST_TIMEOUT", help_heading = heading::ALLOCATOR)]
     pub webhook_request_timeout: std::time::Duration,
 
     /// An AllocationClaim no Service uses is released once it is this old.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration,
-          env = "SVCPLANE_CLAIM_GRACE_PERIOD")]
+          env = "SVCPLANE_CLAIM_GRACE_PERIOD", help_heading = heading::ALLOCATOR)]
     pub claim_grace_period: std::time::Duration,
 
     /// How often unused AllocationClaims are looked for (by the leader, in `run`).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
-          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL")]
+          env = "SVCPLANE_CLAIM_REPAIR_INTERVAL", help_heading = heading::ALLOCATOR)]
     pub claim_repair_interval: std::time::Duration,
 }
 
+/// Where the webhook's serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertSource {
+    /// `--tls-cert-file` and `--tls-private-key-file`, re-read every reload interval.
+    Files { cert: PathBuf, key: PathBuf },
+    /// `--tls-secret-name`: self-managed CA and certificate in a Secret.
+    Secret {
+        /// The Secret's name.
+        name: String,
+        /// Its namespace (`None`: `$POD_NAMESPACE`, else `kube-system`).
+        namespace: Option<String>,
+    },
+}
+
 impl WebhookServerFlags {
-    /// The certificate and key files, or which flags are missing (clap's
+    /// The certificate source, or which flags are missing or clash (clap's
     /// conditional requirements ignore defaults, so this is checked after parsing).
-    pub fn cert_files(&self) -> Result<(PathBuf, PathBuf), String> {
-        match (&self.tls_cert_file, &self.tls_private_key_file) {
-            (Some(c), Some(k)) => Ok((c.clone(), k.clone())),
-            (c, k) => {
+    pub fn cert_source(&self) -> Result<CertSource, String> {
+        let secret = self.tls_secret_name.as_deref().filter(|n| !n.is_empty());
+        match (&self.tls_cert_file, &self.tls_private_key_file, secret) {
+            (Some(c), Some(k), None) => Ok(CertSource::Files {
+                cert: c.clone(),
+                key: k.clone(),
+            }),
+            (None, None, Some(name)) => Ok(CertSource::Secret {
+                name: name.to_owned(),
+                namespace: self.tls_secret_namespace.clone().filter(|n| !n.is_empty()),
+            }),
+            (c, k, Some(_)) if c.is_some() || k.is_some() => Err(
+                "--tls-secret-name cannot be combined with --tls-cert-file/--tls-private-key-file"
+                    .to_owned(),
+            ),
+            (c, k, _) => {
                 let missing: Vec<&str> = [
                     ("--tls-cert-file", c.is_none()),
                     ("--tls-private-key-file", k.is_none()),
@@ -508,16 +675,19 @@ impl WebhookServerFlags {
                 .into_iter()
                 .filter_map(|(flag, absent)| absent.then_some(flag))
                 .collect();
-                Err(format!("the webhook needs {}", missing.join(" and ")))
+                Err(format!(
+                    "the webhook needs {} (or --tls-secret-name for self-managed certificates)",
+                    missing.join(" and ")
+                ))
             }
         }
     }
 }
 
 impl WebhookArgs {
-    /// Checks clap cannot express: both certificate flags are required.
+    /// Checks clap cannot express: a certificate source is required.
     pub fn check(&self) -> Result<(), String> {
-        self.server.cert_files().map(|_| ())
+        self.server.cert_source().map(|_| ())
     }
 }
 
@@ -535,37 +705,6 @@ impl fmt::Display for LogFormat {
             LogFormat::Json => "json",
         })
     }
-}
-
-/// Parses durations the way Kubernetes flags spell them: `500ms`, `30s`,
-/// `2m`, `1h`, or combinations such as `1m30s`. A bare number is refused so
-/// `--claim-grace-period 60` cannot silently mean 60 ns or 60 h.
-pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
-    let bad =
-        || format!("invalid duration {value:?}: use a number with a unit, e.g. 500ms, 30s, 2m, 1h");
-    let mut total = std::time::Duration::ZERO;
-    let mut rest = value.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => std::time::Duration::from_millis(n),
-            "s" => std::time::Duration::from_secs(n),
-            "m" => std::time::Duration::from_secs(n.saturating_mul(60)),
-            "h" => std::time::Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
 }
 
 /// Flags of `svcplane plan`.
@@ -603,7 +742,7 @@ pub struct PlanArgs {
     #[arg(long, conflicts_with = "output")]
     pub summary: bool,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Allocator")]
     pub ranges: AllocatorRanges,
 }
 
@@ -745,7 +884,9 @@ impl ValueEnum for Controller {
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()))
+        // kube-controller-manager's names are accepted too (`--controllers` of `run`).
+        let aliases = registry::aliases_of(self.name()).iter().copied();
+        Some(PossibleValue::new(self.name()).aliases(aliases))
     }
 }
 
@@ -792,7 +933,7 @@ mod tests {
     fn webhook(args: &[&str]) -> Result<WebhookArgs, clap::Error> {
         let argv = ["svcplane", "webhook"].iter().chain(args).copied();
         Cli::try_parse_from(argv).map(|cli| match cli.command {
-            Command::Webhook(w) => w,
+            Command::Webhook(w) => *w,
             other => panic!("parsed as {other:?}"),
         })
     }
@@ -839,7 +980,7 @@ mod tests {
     }
 
     #[test]
-    fn webhook_needs_its_certificate_files() {
+    fn webhook_needs_a_certificate_source() {
         let e = webhook(&[]).unwrap().check().unwrap_err();
         assert!(
             e.contains("--tls-cert-file") && e.contains("--tls-private-key-file"),
@@ -979,7 +1120,9 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        for bad in ["", "60", "5x", "s", "1.5s"] {
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "60", "5x", "s", "-5s"] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
@@ -989,6 +1132,86 @@ mod tests {
         let argv = ["svcplane", "explain"].iter().chain(args).copied();
         Cli::try_parse_from(argv).map(|cli| match cli.command {
             Command::Explain(e) => e.what,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    /// Every duration flag of every subcommand takes Go's syntax, as kube-controller-manager's do.
+    #[test]
+    fn every_duration_flag_takes_go_durations() {
+        let run_flags = [
+            "--endpoint-updates-batch-period",
+            "--endpointslice-updates-batch-period",
+            "--mirroring-endpointslice-updates-batch-period",
+            "--allocator-repair-interval",
+            "--leader-elect-lease-duration",
+            "--leader-elect-renew-deadline",
+            "--leader-elect-retry-period",
+            "--shutdown-grace-period",
+            "--tls-reload-interval",
+            "--webhook-request-timeout",
+            "--claim-grace-period",
+            "--claim-repair-interval",
+            "--tls-ca-validity",
+            "--tls-cert-validity",
+        ];
+        for (value, nanos) in [
+            ("1.5s", 1_500_000_000u64),
+            ("500ms", 500_000_000),
+            ("1m30s", 90_000_000_000),
+            ("1h2m3.5s", 3_723_500_000_000),
+            ("300us", 300_000),
+            ("300µs", 300_000),
+            ("250ns", 250),
+        ] {
+            for flag in run_flags {
+                let arg = format!("{flag}={value}");
+                let r = run(&["--webhook=false", &arg])
+                    .unwrap_or_else(|e| panic!("{flag}={value}: {e}"));
+                let got = match flag {
+                    "--endpoint-updates-batch-period" => r.endpoint_updates_batch_period,
+                    "--endpointslice-updates-batch-period" => {
+                        r.endpointslice_updates_batch_period.unwrap()
+                    }
+                    "--mirroring-endpointslice-updates-batch-period" => {
+                        r.mirroring_endpointslice_updates_batch_period.unwrap()
+                    }
+                    "--allocator-repair-interval" => r.allocator_repair_interval,
+                    "--leader-elect-lease-duration" => r.leader_elect_lease_duration,
+                    "--leader-elect-renew-deadline" => r.leader_elect_renew_deadline,
+                    "--leader-elect-retry-period" => r.leader_elect_retry_period,
+                    "--shutdown-grace-period" => r.shutdown_grace_period,
+                    "--tls-reload-interval" => r.webhook_server.tls_reload_interval,
+                    "--webhook-request-timeout" => r.webhook_server.webhook_request_timeout,
+                    "--claim-grace-period" => r.webhook_server.claim_grace_period,
+                    "--claim-repair-interval" => r.webhook_server.claim_repair_interval,
+                    "--tls-ca-validity" => r.webhook_server.tls_ca_validity,
+                    "--tls-cert-validity" => r.webhook_server.tls_cert_validity,
+                    other => panic!("{other}"),
+                };
+                assert_eq!(got.as_nanos(), u128::from(nanos), "{flag}={value}");
+            }
+        }
+        // Zero where a zero makes sense, refused where it does not; unitless and
+        // negative values are refused everywhere.
+        assert!(run(&["--webhook=false", "--endpoint-updates-batch-period=0"]).is_ok());
+        assert!(run(&["--webhook=false", "--shutdown-grace-period=0"]).is_ok());
+        for flag in run_flags {
+            for bad in ["5", "-1s", "", "1d"] {
+                let arg = format!("{flag}={bad}");
+                let e = run(&["--webhook=false", &arg]).unwrap_err().to_string();
+                assert!(e.contains(flag), "{arg}: {e}");
+            }
+        }
+        let c = check(&["--timeout=1m30s", "--interval=1.5s"]).unwrap();
+        assert_eq!(c.timeout.as_secs(), 90);
+        assert_eq!(c.interval.as_millis(), 1500);
+    }
+
+    fn check(args: &[&str]) -> Result<CheckArgs, clap::Error> {
+        let argv = ["svcplane", "check"].iter().chain(args).copied();
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Check(c) => c,
             other => panic!("parsed as {other:?}"),
         })
     }
@@ -1039,6 +1262,183 @@ mod tests {
         ] {
             assert!(explain(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn check_defaults() {
+        let c = check(&[]).unwrap();
+        assert_eq!(c.timeout.as_secs(), 120);
+        assert_eq!(c.interval.as_secs(), 2);
+        assert_eq!(c.namespace, None);
+        assert_eq!(
+            check(&["-n", "svc"]).unwrap().namespace.as_deref(),
+            Some("svc")
+        );
+        assert!(check(&["--timeout=0s"]).is_err());
+    }
+
+    #[test]
+    fn kube_controller_manager_canonical_controller_names_are_accepted() {
+        // kube-controller-manager 1.28+ names, with `-` to disable.
+        let r = run(&[
+            "--webhook=false",
+            "--controllers=endpointslice-controller,endpoints-controller,endpointslice-mirroring-controller",
+        ])
+        .unwrap();
+        assert!(r.controllers.enables("endpointslice"));
+        assert!(r.controllers.enables("endpoints"));
+        assert!(r.controllers.enables("endpointslicemirroring"));
+        assert!(!r.controllers.enables("allocator-repair"));
+        let r = run(&[
+            "--webhook=false",
+            "--controllers=*,-endpointslice-controller,-endpointslice-mirroring-controller",
+        ])
+        .unwrap();
+        assert!(!r.controllers.enables("endpointslice"));
+        assert!(!r.controllers.enables("endpointslicemirroring"));
+        assert!(r.controllers.enables("endpoints"));
+        assert!(r.controllers.enables("allocator-repair"));
+        // KCM's older alias `endpoint` and svcplane's short names still work.
+        let r = run(&["--webhook=false", "--controllers=endpoint"]).unwrap();
+        assert!(r.controllers.enables("endpoints"));
+        for (alias, short) in [
+            ("endpointslice-controller", "endpointslice"),
+            ("endpoints-controller", "endpoints"),
+            (
+                "endpointslice-mirroring-controller",
+                "endpointslicemirroring",
+            ),
+            ("service-cidr-controller", "servicecidr"),
+        ] {
+            assert_eq!(crate::shell::registry::canonical(alias), Some(short));
+        }
+        let e = run(&["--webhook=false", "--controllers=endpointslices-controller"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("endpointslice-mirroring-controller"),
+            "lists the names: {e}"
+        );
+        // `plan --controllers` takes them too.
+        let p = plan(&[
+            "-f",
+            "a",
+            "--controllers",
+            "endpointslice-controller,endpoints-controller",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.controllers,
+            vec![Controller::EndpointSlice, Controller::Endpoints]
+        );
+        let p = plan(&[
+            "-f",
+            "a",
+            "--controllers",
+            "endpointslice-mirroring-controller,endpoint",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.controllers,
+            vec![Controller::EndpointSliceMirroring, Controller::Endpoints]
+        );
+    }
+
+    #[test]
+    fn v_is_klog_verbosity_before_or_after_the_subcommand() {
+        let cli = Cli::try_parse_from(["svcplane", "-v", "4", "plan", "-f", "a"]).unwrap();
+        assert_eq!(cli.verbosity, Some(4));
+        let cli = Cli::try_parse_from(["svcplane", "run", "--webhook=false", "--v=2"]).unwrap();
+        assert_eq!(cli.verbosity, Some(2));
+        let cli = Cli::try_parse_from(["svcplane", "webhook", "-v3"]).unwrap();
+        assert_eq!(cli.verbosity, Some(3));
+        let cli = Cli::try_parse_from(["svcplane", "check"]).unwrap();
+        assert_eq!(cli.verbosity, None);
+        let e = Cli::try_parse_from(["svcplane", "-v", "11", "check"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn help_is_written_for_users_and_grouped() {
+        let mut cmd = Cli::command();
+        let help = cmd.render_long_help().to_string();
+        assert!(
+            help.starts_with("The control plane of Kubernetes Service networking"),
+            "{help}"
+        );
+        assert!(
+            !help.contains("Pure reconcilers"),
+            "not the Cargo description: {help}"
+        );
+        assert!(help.contains("svcplane check"), "{help}");
+        let version = cmd.render_version().to_string();
+        assert_eq!(
+            version.trim(),
+            format!("svcplane {}", crate::build_info::VERSION_LINE)
+        );
+        assert!(version.contains("(commit "), "{version}");
+        // Every `run` flag sits under a heading; every heading of the list is used.
+        let run = cmd.find_subcommand_mut("run").unwrap();
+        let mut used = std::collections::BTreeSet::new();
+        for a in run.get_arguments() {
+            let id = a.get_id().as_str();
+            if id == "help" {
+                continue;
+            }
+            let h = a
+                .get_help_heading()
+                .unwrap_or_else(|| panic!("--{id} has no help heading"));
+            used.insert(h.to_owned());
+        }
+        for h in [
+            heading::CONTROLLERS,
+            heading::ENDPOINTSLICE,
+            heading::ENDPOINTS,
+            heading::ALLOCATOR,
+            heading::TLS,
+            heading::LEADER,
+            heading::API,
+            heading::OBSERVABILITY,
+            heading::LIFECYCLE,
+        ] {
+            assert!(used.contains(h), "no `run` flag under {h}: {used:?}");
+        }
+        let text = run.render_help().to_string();
+        assert!(text.contains("Leader election:"), "{text}");
+        assert!(
+            text.find("Controllers:") < text.find("Leader election:"),
+            "headings in topic order: {text}"
+        );
+    }
+
+    #[test]
+    fn certificates_come_from_files_or_a_self_managed_secret_not_both() {
+        let r = run(&["--tls-secret-name", "svcplane-webhook-tls"]).unwrap();
+        assert_eq!(
+            r.webhook_server.cert_source(),
+            Ok(CertSource::Secret {
+                name: "svcplane-webhook-tls".into(),
+                namespace: None
+            })
+        );
+        assert_eq!(r.check(), Ok(()));
+        assert_eq!(r.webhook_server.webhook_service_name, "svcplane-webhook");
+        assert_eq!(r.webhook_server.webhook_configuration_name, "svcplane");
+        assert_eq!(r.webhook_server.tls_ca_validity.as_secs(), 87600 * 3600);
+        assert_eq!(r.webhook_server.tls_cert_validity.as_secs(), 8760 * 3600);
+        let e = run(&["--tls-secret-name", "s", "--tls-cert-file", "c"])
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert!(e.contains("cannot be combined"), "{e}");
+        let w = webhook(&[
+            "--tls-secret-name=s",
+            "--tls-secret-namespace=ns",
+            "--tls-extra-hosts=127.0.0.1,webhook.example",
+        ])
+        .unwrap();
+        assert_eq!(w.check(), Ok(()));
+        assert_eq!(w.server.tls_extra_hosts, ["127.0.0.1", "webhook.example"]);
     }
 
     #[test]

@@ -8,11 +8,15 @@
 //! can be tested without a runtime; the shells (`plan` and `run`) only gather
 //! snapshots and carry plans out.
 
+pub mod build_info;
+pub mod check_cmd;
 pub mod cli;
 pub mod core;
+pub mod duration;
 pub mod explain;
 pub mod kube_client;
 pub mod leader;
+pub mod logging;
 pub mod plan;
 pub mod run_cmd;
 pub mod shell;

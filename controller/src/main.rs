@@ -1,22 +1,22 @@
 //! The `svcplane` binary: parse flags, set up logging, run the subcommand.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{explain, plan, run_cmd, webhook_cmd};
+use svcplane_controller::{check_cmd, explain, logging, plan, run_cmd, webhook_cmd};
 use svcplane_webhook::claim::AllocationClaim;
-use tracing_subscriber::EnvFilter;
 
 pub(crate) fn main() -> ExitCode {
     // Usage errors exit 2 (clap); bad input exits 1.
     let cli = parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let v = cli.verbosity;
     match cli.command {
         Command::Plan(args) => {
-            init_logging("warn", LogFormat::Text);
+            logging::init(v, "warn", LogFormat::Text);
             let mut stderr = std::io::stderr().lock();
             let result = plan::run(
                 &args,
@@ -34,11 +34,9 @@ pub(crate) fn main() -> ExitCode {
         }
         Command::Run(args) => {
             if let Err(msg) = args.check() {
-                Cli::command()
-                    .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
-                    .exit();
+                usage_error(msg);
             }
-            init_logging("info,kube=warn", args.log_format);
+            logging::init(v, "info,kube=warn", args.log_format);
             match run_cmd::main(&args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -52,11 +50,9 @@ pub(crate) fn main() -> ExitCode {
         }
         Command::Webhook(args) => {
             if let Err(msg) = args.check() {
-                Cli::command()
-                    .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
-                    .exit();
+                usage_error(msg);
             }
-            init_logging("info,kube=warn", args.log_format);
+            logging::init(v, "info,kube=warn", args.log_format);
             match webhook_cmd::run(&args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -69,7 +65,7 @@ pub(crate) fn main() -> ExitCode {
             }
         }
         Command::Explain(args) => {
-            init_logging("warn", LogFormat::Text);
+            logging::init(v, "warn", LogFormat::Text);
             let mut stderr = std::io::stderr().lock();
             let result = explain::run(
                 &args,
@@ -84,6 +80,16 @@ pub(crate) fn main() -> ExitCode {
                     ExitCode::from(e.exit_code())
                 }
             }
+        }
+        Command::Check(args) => {
+            logging::init(v, "warn", LogFormat::Text);
+            let outcome = check_cmd::run(&args);
+            let code = outcome.exit_code();
+            let _ = match outcome.message() {
+                (true, msg) => writeln!(std::io::stdout().lock(), "{msg}"),
+                (false, msg) => writeln!(std::io::stderr().lock(), "{msg}"),
+            };
+            ExitCode::from(code)
         }
         Command::Crd => match serde_saphyr::to_string(&AllocationClaim::crd()) {
             Ok(yaml) => {
@@ -113,16 +119,9 @@ fn parse() -> Cli {
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
-/// Logs go to stderr; `RUST_LOG` overrides `default`.
-fn init_logging(default: &str, format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+/// A usage error clap could not detect (exit 2, clap's format).
+fn usage_error(msg: String) -> ! {
+    Cli::command()
+        .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
+        .exit()
 }

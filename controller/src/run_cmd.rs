@@ -18,9 +18,9 @@ use std::time::Duration;
 use anyhow::Context;
 use kube::Client;
 use svcplane_allocator::AllocatorConfig;
-use svcplane_webhook::handler::AdmissionHandler;
 use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::server::{ServerConfig, bind};
+use svcplane_webhook::shell::certs::CertPlan;
 use svcplane_webhook::shell::repair::RepairConfig;
 use svcplane_webhook::shell::{
     KubeClaims, ServiceSource, Started, Webhook, WebhookOptions, start_watches,
@@ -44,12 +44,17 @@ pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default namespace of the Lease without `--leader-elect-resource-namespace` and
 /// `POD_NAMESPACE`.
-pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+pub const DEFAULT_LEASE_NAMESPACE: &str = crate::webhook_cmd::DEFAULT_NAMESPACE;
 
 /// The webhook side of a run.
 #[derive(Debug, Clone)]
 pub struct WebhookRun {
-    pub server: ServerConfig,
+    pub bind_address: std::net::SocketAddr,
+    /// Where the serving certificate comes from.
+    pub certs: CertPlan,
+    pub request_timeout: Duration,
+    /// How often the certificate (files or Secret) is looked at again.
+    pub reload_interval: Duration,
     pub options: WebhookOptions,
 }
 
@@ -133,18 +138,13 @@ impl RunOptions {
         };
         let webhook = if args.webhook {
             let w = &args.webhook_server;
-            let (cert, key) = w
-                .cert_files()
+            let certs = crate::webhook_cmd::cert_plan(w)
                 .map_err(|e| anyhow::anyhow!("{e} (or run with --webhook=false)"))?;
             Some(WebhookRun {
-                server: ServerConfig {
-                    bind_address: w.webhook_bind_address,
-                    cert_file: cert,
-                    key_file: key,
-                    request_timeout: w.webhook_request_timeout,
-                    reload_interval: w.tls_reload_interval,
-                    drain: WEBHOOK_DRAIN,
-                },
+                bind_address: w.webhook_bind_address,
+                certs,
+                request_timeout: w.webhook_request_timeout,
+                reload_interval: w.tls_reload_interval,
                 options: WebhookOptions {
                     allocator,
                     seed,
@@ -159,6 +159,7 @@ impl RunOptions {
                     services: ServiceSource::External,
                     explicit_ranges: args.ranges.explicit_cluster_ip_ranges(),
                     follow_service_cidrs: args.ranges.follow_cluster(),
+                    identity: identity.clone(),
                 },
             })
         } else {
@@ -171,15 +172,9 @@ impl RunOptions {
                 retry_period: args.leader_elect_retry_period,
             };
             params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let namespace = args
-                .leader_elect_resource_namespace
-                .clone()
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|n| !n.is_empty())
-                })
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+            let namespace = crate::webhook_cmd::namespace_or_pod(
+                args.leader_elect_resource_namespace.as_deref(),
+            );
             Some(LeaderRun {
                 namespace,
                 name: args.leader_elect_resource_name.clone(),
@@ -354,12 +349,13 @@ pub async fn run_with_handle(
                         return Ok(Vec::new());
                     }
                     match webhook_state.get() {
-                        None => Err("webhook not started".into()),
+                        None => Err("webhook not started (no serving certificate yet)".into()),
+                        Some((_, w, _)) if w.not_ready_reason().is_some() => Err(format!(
+                            "webhook: {}",
+                            w.not_ready_reason().unwrap_or_default()
+                        )),
                         Some((certs, _, _)) if !certs.is_loaded() => {
                             Err("webhook: no valid certificate loaded".into())
-                        }
-                        Some((_, w, _)) if !w.is_ready() => {
-                            Err("webhook: allocation watches have not listed yet".into())
                         }
                         Some((_, _, ranges)) => Ok(range_notes(ranges)),
                     }
@@ -417,26 +413,13 @@ async fn run_inner(
     let cache = Arc::new(Cache::default());
     // Webhook: every replica. Its watches outlive the server's drain.
     let webhook_watches = CancellationToken::new();
-    let mut webhook: Option<(Started, svcplane_webhook::server::Running)> = None;
+    let mut webhook: Option<(Started, tokio::task::JoinHandle<Result<(), String>>)> = None;
     if let Some(w) = &options.webhook {
-        if let Err(e) =
-            kube_client::check_crd::<svcplane_webhook::claim::AllocationClaim>(&client).await
-        {
-            warn!(error = %e, "AllocationClaim CRD not usable yet; the webhook stays unready until it is");
-        }
         let mut webhook_options = w.options.clone();
         webhook_options.metrics = metrics.webhook().clone();
         let started = start_watches(client.clone(), webhook_options, webhook_watches.clone())
             .await
             .map_err(RunError::Webhook)?;
-        let running = bind(started.webhook.clone(), w.server.clone(), shutdown.clone())
-            .await
-            .map_err(|e| RunError::Webhook(format!("{e:#}")))?;
-        let _ = webhook_state.set((
-            running.certs(),
-            started.webhook.clone(),
-            started.service_cidr_sink().clone(),
-        ));
         let _ = handle.webhook.set(started.webhook.clone());
         spawned
             .0
@@ -456,7 +439,18 @@ async fn run_inner(
                 spawned.0.push(t.abort_handle());
             }
         }
-        webhook = Some((started, running));
+        // The HTTPS server in the background: a self-managed certificate may take a
+        // while (or need RBAC fixed), and the controllers must not wait for it.
+        let serving = tokio::spawn(serve_webhook(
+            w.clone(),
+            client.clone(),
+            started.webhook.clone(),
+            started.service_cidr_sink().clone(),
+            webhook_state.clone(),
+            shutdown.clone(),
+        ));
+        spawned.0.push(serving.abort_handle());
+        webhook = Some((started, serving));
     }
 
     // Leadership.
@@ -570,16 +564,69 @@ async fn run_inner(
     }
     // 3) the webhook drains (its token is the shutdown token; on a lost lease the
     //    process exits and the kubelet restarts it).
-    if let Some((_, running)) = webhook {
+    if let Some((_, serving)) = webhook {
         if lost {
             shutdown.cancel();
         }
-        if let Err(e) = running.wait().await {
-            error!(error = %e, "webhook server");
+        match serving.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                if outcome.is_ok() {
+                    outcome = Err(RunError::Webhook(e));
+                }
+            }
+            Err(e) => error!(error = %e, "webhook server task"),
         }
     }
     webhook_watches.cancel();
     outcome
+}
+
+/// The webhook's HTTPS server: its certificate (self-managed: the first pass over the
+/// Secret, retried until it works or shutdown), then serving until shutdown and the
+/// drain. A server that cannot start stops the whole process (as a bad flag would):
+/// it cancels `shutdown` and returns the error.
+async fn serve_webhook(
+    w: WebhookRun,
+    client: Client,
+    webhook: Arc<Webhook<KubeClaims>>,
+    ranges: Arc<svcplane_webhook::shell::ranges::ServiceCidrSink>,
+    state: WebhookState,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let prepared = svcplane_webhook::shell::certs::prepare(
+        &w.certs,
+        &client,
+        w.reload_interval,
+        shutdown.clone(),
+    )
+    .await;
+    let Some((certs, cert_loop)) = prepared else {
+        return Ok(());
+    };
+    let server = ServerConfig {
+        bind_address: w.bind_address,
+        certs,
+        request_timeout: w.request_timeout,
+        reload_interval: w.reload_interval,
+        drain: WEBHOOK_DRAIN,
+    };
+    let result = match bind(webhook.clone(), server, shutdown.clone()).await {
+        Ok(running) => {
+            let _ = state.set((running.certs(), webhook, ranges));
+            running.wait().await.map_err(|e| format!("{e:#}"))
+        }
+        Err(e) => {
+            let msg = format!("{e:#}");
+            error!(error = %msg, "the webhook server cannot start; stopping");
+            shutdown.cancel();
+            Err(msg)
+        }
+    };
+    if let Some(t) = cert_loop {
+        t.abort();
+    }
+    result
 }
 
 /// `svcplane run` from the command line: build the client (with the QPS limit),

@@ -55,9 +55,11 @@ def render(chart_dir: str, values_file: str | None = None) -> list[str]:
     return render_values(chart_dir, load_values(values_file))
 
 
-def render_values(chart_dir: str, values: dict, notes: dict | None = None) -> list[str]:
-    """Lint, schema-check and render with `values`; NOTES.txt goes to notes["text"]."""
-    report = helm.lint(chart_dir, values, strict=True, namespace=NAMESPACE, kube_version=KUBE_VERSION)
+def render_values(chart_dir: str, values: dict, notes: dict | None = None,
+                  namespace: str = NAMESPACE) -> list[str]:
+    """Lint, schema-check and render with `values` into `namespace`; NOTES.txt goes to
+    notes["text"]."""
+    report = helm.lint(chart_dir, values, strict=True, namespace=namespace, kube_version=KUBE_VERSION)
     findings = [m for m in report.get("messages") or [] if m.get("severity", 0) >= 2]
     if findings or report.get("errors"):
         lines = [f"[{SEVERITY.get(m['severity'], m['severity'])}] {m.get('path')}: {m.get('error')}" for m in findings]
@@ -70,7 +72,7 @@ def render_values(chart_dir: str, values: dict, notes: dict | None = None) -> li
         except helm.HelmError as e:
             raise ChartError(f"values schema: {e}") from e
         try:
-            rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            rendered = chart.render(values, name=RELEASE, namespace=namespace, is_install=True)
         except helm.HelmError as e:
             raise ChartError(f"render: {e}") from e
         # `helm template --include-crds`: files under crds/ (none today: the

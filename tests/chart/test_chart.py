@@ -49,8 +49,8 @@ def variant_values(variant: str) -> dict:
     return chart_render.load_values(str(CHART / "ci" / variant))
 
 
-def render_objects(values: dict, notes: dict | None = None) -> list[dict]:
-    docs = chart_render.render_values(str(CHART), values, notes)
+def render_objects(values: dict, notes: dict | None = None, namespace: str = NAMESPACE) -> list[dict]:
+    docs = chart_render.render_values(str(CHART), values, notes, namespace)
     return [yaml.safe_load(d) for d in docs]
 
 
@@ -105,10 +105,13 @@ def flags(objs: list[dict]) -> dict[str, str]:
 
 
 def seconds(duration: str) -> float:
-    unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    parts = re.findall(r"([0-9]+)(ms|s|m|h)", duration)
-    assert "".join(n + u for n, u in parts) == duration, f"bad duration {duration!r}"
-    return sum(int(n) * unit[u] for n, u in parts)
+    """A Go duration (what the binary and kube-controller-manager parse), in seconds."""
+    if duration == "0":
+        return 0.0
+    unit = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"bad duration {duration!r}"
+    return sum(float(n) * unit[u] for n, u in parts)
 
 
 def webhook_entries(objs: list[dict]) -> list[tuple[str, dict]]:
@@ -197,19 +200,36 @@ def test_replicas_follow_values(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_pdb(variant):
-    pdb = one(objects(variant), "PodDisruptionBudget")
+def test_pdb_only_when_it_cannot_block_a_drain(variant):
+    values = merged_values(variant)
+    pdbs = of_kind(objects(variant), "PodDisruptionBudget")
+    budget = values["podDisruptionBudget"]
+    if not budget["enabled"] or values["replicaCount"] <= budget["minAvailable"]:
+        assert not pdbs, "a PDB with replicas <= minAvailable would block every drain"
+        return
+    (pdb,) = pdbs
     assert pdb["apiVersion"] == "policy/v1"
-    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["minAvailable"] == budget["minAvailable"] < values["replicaCount"]
     assert "maxUnavailable" not in pdb["spec"]
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_one_replica_renders_no_pdb_and_there_is_such_a_variant():
+    assert not of_kind(render_objects({"replicaCount": 1}), "PodDisruptionBudget")
+    assert of_kind(render_objects({"replicaCount": 3, "podDisruptionBudget": {"enabled": True, "minAvailable": 2}}),
+                   "PodDisruptionBudget")
+    assert not of_kind(render_objects({"replicaCount": 2, "podDisruptionBudget": {"enabled": True, "minAvailable": 2}}),
+                       "PodDisruptionBudget")
+    assert any(merged_values(v)["replicaCount"] == 1 for v in CI_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_pod_scheduling(variant):
     spec = deployment(objects(variant))["spec"]["template"]["spec"]
+    values = merged_values(variant)
     assert spec["priorityClassName"] == "system-cluster-critical"
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in spec["tolerations"]
+    assert spec.get("affinity", {}) == values["affinity"]
     tsc = spec["topologySpreadConstraints"]
     assert any(c["topologyKey"] == "kubernetes.io/hostname" and c["whenUnsatisfiable"] == "ScheduleAnyway"
                and c["labelSelector"]["matchLabels"] == deployment(objects(variant))["spec"]["selector"]["matchLabels"]
@@ -234,22 +254,102 @@ def test_termination_grace_exceeds_shutdown_drain(variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_security_context(variant):
     objs = objects(variant)
+    values = merged_values(variant)
     pod = deployment(objs)["spec"]["template"]["spec"]
     psc = pod["securityContext"]
-    assert psc["runAsNonRoot"] is True
-    assert psc["runAsUser"] == 65532
-    assert psc["runAsGroup"] == 65532
+    assert psc == values["podSecurityContext"], "the pod securityContext is the value, as merged"
+    assert psc["runAsNonRoot"] is True, "no variant may run as root"
     assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
     c = container(objs)
     csc = c["securityContext"]
+    assert csc == values["containerSecurityContext"]
     assert csc["allowPrivilegeEscalation"] is False
     assert csc["readOnlyRootFilesystem"] is True
     assert csc["capabilities"] == {"drop": ["ALL"]}
     assert csc.get("privileged", False) is False
     assert "runAsUser" not in csc or csc["runAsUser"] != 0
+    extra = {m["name"] for m in values["extraVolumeMounts"]}
     for m in c.get("volumeMounts", []):
-        assert m.get("readOnly") is True, f"volume mount {m['name']} must be read-only"
-    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+        if m["name"] not in extra:
+            assert m.get("readOnly") is True, f"volume mount {m['name']} must be read-only"
+    assert bool(pod.get("hostNetwork")) == values["hostNetwork"]
+    assert not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+def test_default_security_context_is_hardened_and_overrides_drop_keys():
+    pod = deployment(objects("default"))["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                      "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}}
+    restricted = deployment(objects("restricted-values.yaml"))["spec"]["template"]["spec"]["securityContext"]
+    assert restricted == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}, \
+        "null removes runAsUser/runAsGroup/fsGroup (UIDs assigned by the platform)"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_host_network_uses_the_nodes_dns_and_distinct_ports(variant):
+    values = merged_values(variant)
+    spec = deployment(objects(variant))["spec"]["template"]["spec"]
+    if values["hostNetwork"]:
+        assert spec["hostNetwork"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert values["metrics"]["port"] != values["webhook"]["port"]
+        # 8080 and 9443 are taken on many nodes; the variant shows picking others.
+        assert values["metrics"]["port"] not in (8080, 10250) and values["webhook"]["port"] != 9443
+    else:
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+
+
+def test_there_is_a_host_network_variant():
+    assert any(merged_values(v)["hostNetwork"] for v in CI_VARIANTS)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_update_strategy_history_and_extra_volumes(variant):
+    values = merged_values(variant)
+    d = deployment(objects(variant))
+    assert d["spec"]["strategy"] == values["updateStrategy"]
+    assert d["spec"]["revisionHistoryLimit"] == values["revisionHistoryLimit"]
+    spec = d["spec"]["template"]["spec"]
+    vols = [v for v in spec.get("volumes", []) if v["name"] != "webhook-tls"]
+    assert vols == values["extraVolumes"]
+    mounts = [m for m in container(objects(variant)).get("volumeMounts", []) if m["name"] != "webhook-tls"]
+    assert mounts == values["extraVolumeMounts"]
+
+
+def test_defaults_never_lose_webhook_capacity_in_a_rollout():
+    d = deployment(objects("default"))
+    assert d["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert any(merged_values(v)["extraVolumes"] for v in CI_VARIANTS), "a variant with extra volumes"
+    assert any(merged_values(v)["updateStrategy"] != merged_values("default")["updateStrategy"]
+               for v in CI_VARIANTS)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_network_policy(variant):
+    values = merged_values(variant)
+    np = values["networkPolicy"]
+    pols = of_kind(objects(variant), "NetworkPolicy")
+    if not np["enabled"]:
+        assert not pols
+        return
+    (pol,) = pols
+    assert pol["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "svcplane",
+                                                          "app.kubernetes.io/instance": "svcplane"}}
+    rules = pol["spec"]["ingress"]
+    by_port = {r["ports"][0]["port"]: r for r in rules}
+    assert set(by_port) == ({"webhook", "admin"} if values["webhook"]["enabled"] else {"admin"})
+    assert by_port["admin"].get("from", []) == np["metricsFrom"]
+    if values["webhook"]["enabled"]:
+        assert by_port["webhook"].get("from", []) == np["webhookFrom"]
+    if np["egress"]:
+        assert pol["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        assert pol["spec"]["egress"] == np["egress"]
+    else:
+        assert pol["spec"]["policyTypes"] == ["Ingress"], "egress unrestricted unless rules are given"
+
+
+def test_there_is_a_network_policy_variant():
+    assert any(merged_values(v)["networkPolicy"]["enabled"] for v in CI_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -271,6 +371,20 @@ def test_downward_api_env(variant):
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["RUST_LOG"]["value"] == merged_values(variant)["logging"]["level"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_verbosity_flag(variant):
+    v = merged_values(variant)["logging"].get("verbosity")
+    f = flags(objects(variant))
+    if v is None:
+        assert "v" not in f
+    else:
+        assert f["v"] == str(v)
+
+
+def test_there_is_a_verbosity_variant():
+    assert any(merged_values(v)["logging"].get("verbosity") is not None for v in CI_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -305,7 +419,13 @@ def test_rbac_has_no_wildcards(variant):
                 assert "*" not in item, f"wildcard in {field}: {r}"
         assert "deletecollection" not in r["verbs"], r
         assert "escalate" not in r["verbs"] and "bind" not in r["verbs"] and "impersonate" not in r["verbs"]
-        assert "secrets" not in r["resources"], "svcplane reads its certificate from a volume, never the API"
+        if "secrets" in r["resources"]:
+            # certMode=self only: create (cannot be named) and its own Secret by name.
+            assert cert_mode(variant) == "self", "secrets are only touched in certMode self"
+            assert r["resources"] == ["secrets"]
+            assert r["verbs"] == ["create"] or (r["verbs"] == ["get", "update"]
+                                                and r["resourceNames"] == ["svcplane-webhook-certs"]), r
+        assert "delete" not in r["verbs"] or r["resources"] != ["secrets"]
 
 
 def grants(rule_list: list[dict]) -> set[tuple]:
@@ -313,37 +433,46 @@ def grants(rule_list: list[dict]) -> set[tuple]:
             for r in rule_list for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
 
 
+def g(group, resources, verbs, names=()):
+    return {(group, r, v, tuple(names)) for r in resources for v in verbs}
+
+
+READ = ["list", "watch"]
+CONTROLLER_GRANTS = (g("", ["services", "pods", "nodes"], READ)
+                     | g("", ["endpoints"], READ + ["create", "update", "delete"])
+                     | g("discovery.k8s.io", ["endpointslices"], READ + ["create", "update", "delete"])
+                     | g("events.k8s.io", ["events"], ["create", "patch"])
+                     | g("networking.k8s.io", ["ipaddresses"], READ)
+                     | g("svcplane.io", ["allocationclaims"], ["get"] + READ + ["create", "delete"]))
+
+
 def test_cluster_role_is_exactly_what_the_code_uses():
-    def g(group, resources, verbs, names=()):
-        return {(group, r, v, tuple(names)) for r in resources for v in verbs}
-    read = ["list", "watch"]
-    expected = (g("", ["services", "pods", "nodes"], read)
-                | g("", ["endpoints"], read + ["create", "update", "delete"])
-                | g("discovery.k8s.io", ["endpointslices"], read + ["create", "update", "delete"])
-                | g("events.k8s.io", ["events"], ["create", "patch"])
-                | g("networking.k8s.io", ["ipaddresses"], read)
-                | g("svcplane.io", ["allocationclaims"], ["get"] + read + ["create", "delete"])
-                | g("apiextensions.k8s.io", ["customresourcedefinitions"], ["get"],
-                    ["allocationclaims.svcplane.io"]))
-    assert grants(rules(objects("default"), "ClusterRole")) == expected
+    # Default (certMode self): also get/patch of our two webhook configurations, by name.
+    assert grants(rules(objects("default"), "ClusterRole")) == CONTROLLER_GRANTS | g(
+        "admissionregistration.k8s.io", ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        ["get", "patch"], ["svcplane"])
+    for v in VARIANTS:
+        if cert_mode(v) != "self":
+            assert grants(rules(objects(v), "ClusterRole")) == CONTROLLER_GRANTS, v
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_lease_role_cert_manager_shape(variant):
     objs = objects(variant)
     lease = flags(objs)["leader-elect-resource-name"]
-    role = one(objs, "Role")
+    role = one(objs, "Role", "svcplane-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
     create = [r for r in role["rules"] if "create" in r["verbs"]]
     assert create == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
     named = [r for r in role["rules"] if "create" not in r["verbs"]]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                       "resourceNames": [lease], "verbs": ["get", "update", "patch"]}]
-    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    sa = one(objs, "ServiceAccount", "svcplane")["metadata"]["name"]
     assert deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"] == sa
-    for kind, ref_kind, ref_name in (("RoleBinding", "Role", role["metadata"]["name"]),
-                                     ("ClusterRoleBinding", "ClusterRole", one(objs, "ClusterRole")["metadata"]["name"])):
-        b = one(objs, kind)
+    for kind, ref_kind, ref_name, name in (
+            ("RoleBinding", "Role", role["metadata"]["name"], "svcplane-leader-election"),
+            ("ClusterRoleBinding", "ClusterRole", one(objs, "ClusterRole")["metadata"]["name"], "svcplane")):
+        b = one(objs, kind, name)
         assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": ref_name}
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
@@ -360,7 +489,7 @@ def test_webhook_configurations(variant):
     svc = one(objs, "Service", "svcplane-webhook")
     assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
     ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
-    assert ports["webhook"] == 9443 == int(flags(objs)["webhook-bind-address"].rsplit(":", 1)[1])
+    assert ports["webhook"] == values["port"] == int(flags(objs)["webhook-bind-address"].rsplit(":", 1)[1])
     entries = webhook_entries(objs)
     assert len(entries) == 2
     for kind, w in entries:
@@ -371,6 +500,7 @@ def test_webhook_configurations(variant):
         assert 1 <= w["timeoutSeconds"] <= 30
         assert w["timeoutSeconds"] > seconds(flags(objs)["webhook-request-timeout"])
         assert w["failurePolicy"] == values["failurePolicy"]
+        assert w["sideEffects"] == "NoneOnDryRun", "the install check's dry runs must be allowed"
         assert w["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                                "resources": ["services"], "scope": "Namespaced"}]
         path = "/mutate-services" if kind.startswith("Mutating") else "/validate-services"
@@ -382,34 +512,67 @@ def test_webhook_configurations(variant):
             assert "reinvocationPolicy" not in w
 
 
-def test_default_failure_policy_is_fail():
-    assert {w["failurePolicy"] for _, w in webhook_entries(objects("default"))} == {"Fail"}
+def test_default_failure_policy_is_ignore_and_fail_is_the_generic_variants_choice():
+    assert {w["failurePolicy"] for _, w in webhook_entries(objects("default"))} == {"Ignore"}
+    generic = [v for v in CI_VARIANTS if merged_values(v)["webhook"]["excludeNamespaces"] == []]
+    assert generic and all(merged_values(v)["webhook"]["failurePolicy"] == "Fail" for v in generic)
+
+
+def expected_namespace_selector(values: dict, release_namespace: str) -> dict:
+    by_name = [n for n in values["webhook"]["excludeNamespaces"] if n != release_namespace]
+    exprs = []
+    if by_name:
+        exprs.append({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": by_name})
+    if values["webhook"]["namespaceOptOutLabel"]:
+        exprs.append({"key": values["webhook"]["namespaceOptOutLabel"], "operator": "DoesNotExist"})
+    # NotIn with no values is refused by the API server: no expressions, an empty selector.
+    return {"matchExpressions": exprs} if exprs else {}
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
 def test_webhook_namespace_selector(variant):
-    excluded = merged_values(variant)["webhook"]["excludeNamespaces"]
+    want = expected_namespace_selector(merged_values(variant), NAMESPACE)
     for _, w in webhook_entries(objects(variant)):
-        sel = w["namespaceSelector"]
-        if excluded:
-            assert sel == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                                 "values": excluded}]}
-        else:
-            # NotIn with no values is refused by the API server: the selector must be empty.
-            assert sel == {}, sel
+        assert w["namespaceSelector"] == want
 
 
-def test_default_excludes_kube_system():
+def test_namespace_opt_out_label_and_kube_system_outside_the_release_namespace():
     for _, w in webhook_entries(objects("default")):
-        exprs = w["namespaceSelector"]["matchExpressions"]
-        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in exprs
+        assert w["namespaceSelector"] == {"matchExpressions": [
+            {"key": "svcplane.io/ignore", "operator": "DoesNotExist"}]}, "kube-system is the release namespace"
+    # Installed elsewhere: kube-system by name, the release namespace by matchCondition.
+    objs = render_objects({}, namespace="svcplane-system")
+    for _, w in webhook_entries(objs):
+        assert w["namespaceSelector"]["matchExpressions"] == [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+            {"key": "svcplane.io/ignore", "operator": "DoesNotExist"}]
+        assert 'request.namespace != "svcplane-system"' in w["matchConditions"][0]["expression"]
+    objs = render_objects({"webhook": {"namespaceOptOutLabel": "", "excludeNamespaces": []}})
+    for _, w in webhook_entries(objs):
+        assert w["namespaceSelector"] == {}
+    assert any(merged_values(v)["webhook"]["namespaceOptOutLabel"] != "svcplane.io/ignore" for v in CI_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
-def test_webhook_skips_its_own_service(variant):
-    expected = '!(request.namespace == "kube-system" && request.name == "svcplane-webhook")'
+def test_webhook_never_reviews_the_release_namespace_except_install_probes(variant):
+    expected = ('request.namespace != "kube-system" || '
+                '(has(object.metadata.labels) && "svcplane.io/probe" in object.metadata.labels)')
     for _, w in webhook_entries(objects(variant)):
-        assert {"name": "exclude-svcplane-webhook-service", "expression": expected} in w["matchConditions"]
+        assert w["matchConditions"] == [{"name": "exclude-release-namespace", "expression": expected}]
+    # Both chart Services live in the release namespace, so neither is ever reviewed.
+    for svc in of_kind(objects(variant), "Service"):
+        assert svc["metadata"]["namespace"] == NAMESPACE
+        assert "svcplane.io/probe" not in svc["metadata"].get("labels", {})
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_webhook_annotations(variant):
+    values = merged_values(variant)["webhook"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        ann = one(objects(variant), kind)["metadata"].get("annotations", {})
+        extra = {k: v for k, v in ann.items() if k != "cert-manager.io/inject-ca-from"}
+        assert extra == values["annotations"]
+    assert any(merged_values(v)["webhook"]["annotations"] for v in CI_VARIANTS)
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
@@ -422,18 +585,19 @@ def test_webhook_opt_out_label(variant):
             assert w["objectSelector"] == {}
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v) and cert_mode(v) != "self"])
 def test_webhook_flags_and_read_only_cert_volume(variant):
     objs = objects(variant)
     f = flags(objs)
     assert f["webhook"] == "true"
     c = container(objs)
-    (mount,) = c["volumeMounts"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "webhook-tls"]
     assert mount["readOnly"] is True
     assert f["tls-cert-file"] == mount["mountPath"] + "/tls.crt"
     assert f["tls-private-key-file"] == mount["mountPath"] + "/tls.key"
-    (vol,) = deployment(objs)["spec"]["template"]["spec"]["volumes"]
+    (vol,) = [v for v in deployment(objs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-tls"]
     assert vol["name"] == mount["name"] and "secret" in vol
+    assert not {k for k in f if k in ("tls-secret-name", "webhook-configuration-name")}
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if not webhook_enabled(v)])
@@ -441,7 +605,8 @@ def test_webhook_disabled(variant):
     objs = objects(variant)
     kinds = {o["kind"] for o in objs}
     assert not kinds & {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Secret",
-                        "Issuer", "Certificate"}, kinds
+                        "Issuer", "Certificate", "Job", "Pod"}, kinds
+    assert not [o for o in objs if o["metadata"]["name"] == "svcplane-check"], "no check without a webhook"
     assert not [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "svcplane-webhook"]
     f = flags(objs)
     assert f["webhook"] == "false"
@@ -460,7 +625,7 @@ def test_there_is_a_webhook_disabled_variant():
 
 
 def secret_name(objs: list[dict]) -> str:
-    (vol,) = deployment(objs)["spec"]["template"]["spec"]["volumes"]
+    (vol,) = [v for v in deployment(objs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook-tls"]
     return vol["secret"]["secretName"]
 
 
@@ -472,6 +637,42 @@ def variants_with_cert_mode(mode: str) -> list[str]:
 
 def _openssl(*args: str, stdin: bytes | None = None) -> str:
     return subprocess.run(["openssl", *args], input=stdin, capture_output=True, check=True).stdout.decode()
+
+
+@pytest.mark.parametrize("variant", variants_with_cert_mode("self"))
+def test_cert_mode_self(variant):
+    """svcplane makes and rotates its own CA: nothing certificate-related is rendered,
+    so a GitOps re-render changes nothing; the pods get exactly the access it needs."""
+    objs = objects(variant)
+    values = merged_values(variant)["webhook"]
+    assert not of_kind(objs, "Secret") and not of_kind(objs, "Issuer") and not of_kind(objs, "Certificate")
+    for _, w in webhook_entries(objs):
+        assert "caBundle" not in w["clientConfig"], "published by the pods"
+    f = flags(objs)
+    assert f["tls-secret-name"] == "svcplane-webhook-certs"
+    assert f["tls-secret-namespace"] == NAMESPACE
+    assert f["webhook-service-name"] == one(objs, "Service", "svcplane-webhook")["metadata"]["name"]
+    assert f["webhook-configuration-name"] == one(objs, "MutatingWebhookConfiguration")["metadata"]["name"] \
+        == one(objs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    assert f["tls-ca-validity"] == values["self"]["caValidity"]
+    assert f["tls-cert-validity"] == values["self"]["certValidity"]
+    assert "tls-cert-file" not in f and "tls-private-key-file" not in f
+    assert "volumeMounts" not in container(objs) or not [
+        m for m in container(objs)["volumeMounts"] if m["name"] == "webhook-tls"]
+    role = one(objs, "Role", "svcplane-webhook-certs")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["svcplane-webhook-certs"],
+         "verbs": ["get", "update"]}]
+    binding = one(objs, "RoleBinding", "svcplane-webhook-certs")
+    assert binding["subjects"][0]["name"] == one(objs, "ServiceAccount", "svcplane")["metadata"]["name"]
+
+
+def test_only_self_mode_touches_secrets_or_webhook_configurations():
+    for v in VARIANTS:
+        objs = objects(v)
+        roles = [o["metadata"]["name"] for o in of_kind(objs, "Role")]
+        assert ("svcplane-webhook-certs" in roles) == (cert_mode(v) == "self"), v
 
 
 @pytest.mark.parametrize("variant", variants_with_cert_mode("helm"))
@@ -535,11 +736,89 @@ def test_cert_mode_secret(variant):
 
 
 def test_helm_cert_is_regenerated_offline_not_expected_stable():
-    # `lookup` is empty offline, so every render makes a new CA: tests must not
-    # pin a certificate. (On a live upgrade the existing Secret is reused.)
-    a = one(render_objects({}), "Secret")["data"]["ca.crt"]
-    b = one(render_objects({}), "Secret")["data"]["ca.crt"]
+    # `lookup` is empty offline (and under `helm template`, which GitOps tools run), so
+    # every render makes a new CA: tests must not pin a certificate, and GitOps users
+    # take certMode self. (On a live helm upgrade the existing Secret is reused.)
+    helm_mode = {"webhook": {"certMode": "helm"}}
+    a = one(render_objects(helm_mode), "Secret")["data"]["ca.crt"]
+    b = one(render_objects(helm_mode), "Secret")["data"]["ca.crt"]
     assert a != b
+
+
+# ------------------------------------------------------------ install check
+
+
+def check_objects(objs: list[dict]) -> tuple[list[dict], list[dict]]:
+    jobs = [o for o in of_kind(objs, "Job") if o["metadata"]["name"] == "svcplane-check"]
+    pods = [o for o in of_kind(objs, "Pod") if o["metadata"]["name"] == "svcplane-check-test"]
+    return jobs, pods
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_install_check_hook_and_helm_test(variant):
+    objs = objects(variant)
+    values = merged_values(variant)
+    jobs, pods = check_objects(objs)
+    (pod,) = pods
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    if values["webhook"]["check"]["hook"]:
+        (job,) = jobs
+        ann = job["metadata"]["annotations"]
+        assert ann["helm.sh/hook"] == "post-install,post-upgrade"
+        assert "hook-succeeded" in ann["helm.sh/hook-delete-policy"]
+        assert "before-hook-creation" in ann["helm.sh/hook-delete-policy"]
+        assert job["spec"]["backoffLimit"] == 0
+        assert job["spec"]["activeDeadlineSeconds"] == seconds(values["webhook"]["check"]["timeout"]) + 120
+        specs = [job["spec"]["template"]["spec"], pod["spec"]]
+    else:
+        assert not jobs
+        specs = [pod["spec"]]
+    for spec in specs:
+        assert spec["restartPolicy"] == "Never"
+        assert spec["serviceAccountName"] == "svcplane-check"
+        (c,) = spec["containers"]
+        assert c["image"] == container(objs)["image"], "the same image as the pods it checks"
+        assert c["args"] == ["check", f"--namespace={NAMESPACE}",
+                             f"--timeout={values['webhook']['check']['timeout']}", "--interval=2s"]
+        assert c["securityContext"] == values["containerSecurityContext"]
+    role = one(objs, "Role", "svcplane-check")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["services"], "verbs": ["create"]}], \
+        "a dry-run create needs the verb; nothing else"
+    binding = one(objs, "RoleBinding", "svcplane-check")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "svcplane-check", "namespace": NAMESPACE}]
+    assert one(objs, "ServiceAccount", "svcplane-check")
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_check_pods_are_never_endpoints_of_the_charts_services(variant):
+    objs = objects(variant)
+    jobs, pods = check_objects(objs)
+    check_pod_labels = [j["spec"]["template"]["metadata"]["labels"] for j in jobs] + \
+        [p["metadata"]["labels"] for p in pods]
+    selectors = [s["spec"]["selector"] for s in of_kind(objs, "Service")]
+    selectors += [p["spec"]["selector"]["matchLabels"] for p in of_kind(objs, "PodDisruptionBudget")]
+    selectors += [deployment(objs)["spec"]["selector"]["matchLabels"]]
+    for labels in check_pod_labels:
+        assert labels["app.kubernetes.io/name"] == "svcplane-check"
+        for sel in selectors:
+            assert not all(labels.get(k) == v for k, v in sel.items()), f"{labels} matches {sel}"
+
+
+def test_there_is_a_variant_without_the_hook():
+    assert any(webhook_enabled(v) and not merged_values(v)["webhook"]["check"]["hook"] for v in CI_VARIANTS)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_binary_parses_the_check_args(variant):
+    """The hook's `svcplane check ...` gets past flag parsing (exit 1, not the usage error 2)."""
+    binary = run_capable_binary()
+    jobs, pods = check_objects(objects(variant))
+    (c,) = pods[0]["spec"]["containers"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCPLANE_") and k != "KUBECONFIG"}
+    result = subprocess.run([str(binary), *c["args"], "--kubeconfig", "/nonexistent/svcplane-chart-test"],
+                            capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 1, f"exit {result.returncode}:\n{result.stderr}"
+    assert "kubeconfig" in result.stderr, result.stderr
 
 
 # -------------------------------------------------------- metrics, CRD, notes
@@ -655,6 +934,15 @@ def test_notes_tell_how_to_disable_kcm_controllers(variant):
     assert "rollout status deployment/svcplane" in notes
 
 
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if webhook_enabled(v)])
+def test_notes_give_the_emergency_switch_and_the_check(variant):
+    _, notes = _rendered(variant)
+    assert "kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration svcplane" in notes
+    assert "helm test svcplane -n kube-system" in notes
+    policy = merged_values(variant)["webhook"]["failurePolicy"]
+    assert ("REFUSED" in notes) == (policy == "Fail")
+
+
 # ------------------------------------------------------ values -> flags map
 
 
@@ -676,7 +964,8 @@ def test_every_value_reaches_its_flag():
         "listenHost": "[::]",
         "metrics": {"port": 9090},
         "webhook": {"port": 10443, "requestTimeout": "3s", "tlsReloadInterval": "1m",
-                    "claimGracePeriod": "90s", "claimRepairInterval": "45s"},
+                    "claimGracePeriod": "90s", "claimRepairInterval": "45s",
+                    "self": {"caValidity": "43800h", "certValidity": "720h"}},
         "extraArgs": ["--some-future-flag=1"],
     }
     objs = render_objects(values)
@@ -707,8 +996,12 @@ def test_every_value_reaches_its_flag():
         "log-format": "json",
         "webhook": "true",
         "webhook-bind-address": "[::]:10443",
-        "tls-cert-file": "/etc/svcplane/tls/tls.crt",
-        "tls-private-key-file": "/etc/svcplane/tls/tls.key",
+        "tls-secret-name": "svcplane-webhook-certs",
+        "tls-secret-namespace": "kube-system",
+        "webhook-service-name": "svcplane-webhook",
+        "webhook-configuration-name": "svcplane",
+        "tls-ca-validity": "43800h",
+        "tls-cert-validity": "720h",
         "tls-reload-interval": "1m",
         "webhook-request-timeout": "3s",
         "claim-grace-period": "90s",
@@ -716,7 +1009,7 @@ def test_every_value_reaches_its_flag():
         "some-future-flag": "1",
     }
     assert "kubeconfig" not in f, "in-cluster config: the chart never passes --kubeconfig"
-    assert one(objs, "Role")["rules"][1]["resourceNames"] == ["my-lease"]
+    assert one(objs, "Role", "svcplane-leader-election")["rules"][1]["resourceNames"] == ["my-lease"]
     ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
     assert ports == {"admin": 9090, "webhook": 10443}
 
@@ -766,6 +1059,20 @@ def test_bad_values_file_fails_naming_the_field():
     ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
     ({"webhook": {"timeoutSeconds": 0}}, "/webhook/timeoutSeconds"),
     ({"webhook": {"certMode": "self-signed"}}, "/webhook/certMode"),
+    ({"webhook": {"self": {"caValidity": "0s"}}}, "/webhook/self/caValidity"),
+    ({"webhook": {"check": {"timeout": "500ms"}}}, "/webhook/check/timeout"),
+    ({"webhook": {"namespaceOptOutLabel": "not a label"}}, "/webhook/namespaceOptOutLabel"),
+    ({"webhook": {"annotations": {"a": 1}}}, "/webhook/annotations/a"),
+    ({"logging": {"verbosity": 11}}, "/logging/verbosity"),
+    ({"hostNetwork": "yes"}, "/hostNetwork"),
+    ({"affinity": {"nodeAfinity": {}}}, "/affinity"),
+    ({"podSecurityContext": {"runAsUser": -1}}, "/podSecurityContext/runAsUser"),
+    ({"containerSecurityContext": {"privilegd": True}}, "/containerSecurityContext"),
+    ({"updateStrategy": {"type": "OnDelete"}}, "/updateStrategy/type"),
+    ({"revisionHistoryLimit": -1}, "/revisionHistoryLimit"),
+    ({"extraVolumes": [1]}, "/extraVolumes/0"),
+    ({"networkPolicy": {"enabled": True, "egress": {}}}, "/networkPolicy/egress"),
+    ({"leaderElection": {"leaseDuration": "-15s"}}, "/leaderElection/leaseDuration"),
     ({"webhook": {"certMode": "secret"}}, "/webhook/existingSecret"),
     ({"webhook": {"typo": 1}}, "/webhook"),
     ({"replicas": 2}, "replicas"),
@@ -798,7 +1105,16 @@ def test_defaults_and_ci_variants_pass_the_schema():
         # accepted edge values
         for ok in ({"kubeAPI": {"qps": 0}}, {"kubeAPI": {"qps": 2.5}}, {"endpoints": {"updatesBatchPeriod": "0s"}},
                    {"allocatorRepairInterval": "1m30s"}, {"leaderElection": {"retryPeriod": "500ms"}},
-                   {"controllers": ["*", "-endpoint"]}, {"shutdownGracePeriod": "0s"}):
+                   {"controllers": ["*", "-endpoint"]}, {"shutdownGracePeriod": "0s"},
+                   # Go durations, as kube-controller-manager takes them
+                   {"leaderElection": {"retryPeriod": "1.5s"}}, {"endpoints": {"updatesBatchPeriod": "0"}},
+                   {"allocatorRepairInterval": "1h2m3.5s"}, {"webhook": {"requestTimeout": "300us"}},
+                   {"webhook": {"claimGracePeriod": "300µs"}},
+                   # kube-controller-manager's controller names
+                   {"controllers": ["endpointslice-controller", "-endpointslice-mirroring-controller",
+                                    "endpoints-controller"]},
+                   {"logging": {"verbosity": 0}}, {"logging": {"verbosity": None}},
+                   {"webhook": {"certMode": "self"}}, {"webhook": {"check": {"timeout": "1m30s"}}}):
             chart.validate_schema(ok)
 
 
@@ -835,7 +1151,8 @@ def test_leader_election_off_needs_a_single_replica():
 def test_readme_documents_every_value():
     readme = (CHART / "README.md").read_text()
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
-    opaque = {"resources", "nodeSelector"}  # documented as whole objects
+    # documented as whole objects
+    opaque = {"resources", "nodeSelector", "podSecurityContext", "containerSecurityContext", "updateStrategy"}
 
     def leaves(d, prefix=""):
         for k, v in d.items():

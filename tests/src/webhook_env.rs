@@ -238,6 +238,7 @@ impl LocalWebhook {
                 services: Default::default(),
                 explicit_ranges: None,
                 follow_service_cidrs: false,
+                identity: "svcplane-test".into(),
             },
             cancel.clone(),
         )
@@ -249,8 +250,10 @@ impl LocalWebhook {
             started.webhook.clone(),
             svcplane_webhook::server::ServerConfig {
                 bind_address: "127.0.0.1:0".parse()?,
-                cert_file: certs.cert_file.clone(),
-                key_file: certs.key_file.clone(),
+                certs: svcplane_webhook::server::Certs::Files {
+                    cert_file: certs.cert_file.clone(),
+                    key_file: certs.key_file.clone(),
+                },
                 request_timeout: Duration::from_secs(4),
                 reload_interval: Duration::from_secs(30),
                 drain: Duration::from_secs(1),

@@ -1,4 +1,4 @@
-//! The Helm chart (issue 9): offline checks, then the rendered manifests against a real
+//! The Helm chart: offline checks, then the rendered manifests against a real
 //! kube-apiserver.
 //!
 //! 1. `bash tests/chart/run.sh`: lint, schema, render every values variant, validate
@@ -6,14 +6,21 @@
 //!    file must fail, and the pytest property checks (needs python3 and PyPI once; the
 //!    venv lives outside the repository).
 //! 2. Every rendered variant passes `kubectl apply --dry-run=server` on the envtest API
-//!    server (cert-manager and Prometheus Operator objects left out: their CRDs are not
-//!    installed there).
-//! 3. The chart's CRD and its two webhook configurations are applied for real, with
+//!    server, then is applied for real and deleted again (cert-manager and Prometheus
+//!    Operator objects left out: their CRDs are not installed there).
+//! 3. Install safety, with the chart's own webhook configurations and no svcplane pod
+//!    behind them (the image cannot be pulled, the pods crash-loop): with the default
+//!    `failurePolicy: Ignore`, Service creates succeed and the API server counts the
+//!    webhook calls that failed open; with `Fail`, creates outside the excluded
+//!    namespaces are refused while the release namespace, an opted-out namespace and
+//!    an opted-out Service are not, and install probes are reviewed; the emergency
+//!    switch (the one command in NOTES.txt) lets every create through.
+//! 4. The chart's CRD and its two webhook configurations are applied for real, with
 //!    only `clientConfig` pointed at svcplane's webhook running in this process: a
 //!    Service in a test namespace gets its ClusterIP from svcplane (claimed), a value
 //!    svcplane refuses is refused with 422, the same value is admitted in kube-system
-//!    (excluded by the chart's namespaceSelector) and for a Service carrying the chart's
-//!    opt-out label.
+//!    (the release namespace) and for a Service carrying the chart's opt-out label,
+//!    and the shipped `svcplane check` (the hook's command) passes.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -27,6 +34,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::{Value, json};
 use svcplane_allocator::Claim;
+use svcplane_tests::binary::svcplane_bin_or_skip;
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::skip::{Skip, skip};
 use svcplane_tests::webhook_env::{LocalWebhook, kubectl};
@@ -173,9 +181,16 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     if !envtest::reaches_loopback(&cluster, "chart (webhook checks)") {
         return;
     }
-
-    // 3. The chart's CRD and webhook configurations for real, svcplane behind them.
     let client = cluster.client().await.unwrap();
+    // ... and for real, one after the other (they share object names).
+    for v in &variants {
+        apply_for_real_then_delete(&cluster.kubeconfig, v);
+    }
+
+    // 3. Install safety: the chart's configurations, no svcplane pod behind them.
+    install_safety(&cluster.kubeconfig, &client, &rendered).await;
+
+    // 4. The chart's CRD and webhook configurations for real, svcplane behind them.
     let docs = documents(&rendered.join("manifests.yaml"));
     let of_kind =
         |k: &str| -> Vec<Value> { docs.iter().filter(|d| d["kind"] == k).cloned().collect() };
@@ -289,6 +304,33 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         .await
         .expect("the opt-out label skips the webhook");
 
+    // The hook's own command, as rendered, against the release namespace: the chart's
+    // matchConditions let its probe through to svcplane (and nothing else from there).
+    if let Some(bin) = svcplane_bin_or_skip("chart check hook") {
+        let hook = docs
+            .iter()
+            .find(|d| d["kind"] == "Job" && d["metadata"]["name"] == "svcplane-check")
+            .expect("the post-install check Job");
+        let args: Vec<String> = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let out = Command::new(bin)
+            .args(&args)
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("replica svcplane-test"),
+            "svcplane {args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     for c in &configs {
         let kind = c["kind"].as_str().unwrap().to_lowercase();
         let name = c["metadata"]["name"].as_str().unwrap();
@@ -299,4 +341,205 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
         .await;
     envtest::delete_namespace(&client, &ns).await;
     local.stop().await;
+}
+
+/// Applies a rendered variant for real, checks the server stored the workload and (with
+/// the webhook) both configurations, then deletes everything but the CRD.
+fn apply_for_real_then_delete(kubeconfig: &Path, variant: &Path) {
+    let docs = documents(variant);
+    let out = kubectl_ok(kubeconfig, &["apply", "-f", "-"], &as_yaml(&docs));
+    assert!(
+        out.contains("deployment.apps/svcplane created")
+            || out.contains("deployment.apps/svcplane configured"),
+        "{}: {out}",
+        variant.display()
+    );
+    let stored = kubectl_ok(
+        kubeconfig,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "deployment",
+            "svcplane",
+            "-o",
+            "json",
+        ],
+        "",
+    );
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    let rendered = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        stored["spec"]["template"]["spec"]["containers"][0]["args"],
+        rendered["spec"]["template"]["spec"]["containers"][0]["args"],
+        "{}",
+        variant.display()
+    );
+    let rest: Vec<Value> = docs
+        .into_iter()
+        .filter(|d| d["kind"] != "CustomResourceDefinition")
+        .collect();
+    kubectl_ok(
+        kubeconfig,
+        &["delete", "--ignore-not-found", "--wait=false", "-f", "-"],
+        &as_yaml(&rest),
+    );
+}
+
+/// The API server's count of webhook calls that failed open (`failurePolicy: Ignore`).
+fn fail_open_count(kubeconfig: &Path) -> f64 {
+    let metrics = kubectl_ok(kubeconfig, &["get", "--raw", "/metrics"], "");
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_admission_webhook_fail_open_count")
+                && l.contains("services.svcplane.io")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Creates `svc` in `ns`, retrying while the API server catches up with a changed
+/// webhook configuration, until the outcome is `want_ok`; the last error otherwise.
+async fn create_until(client: &kube::Client, ns: &str, svc: &Service, want_ok: bool) -> String {
+    let api: Api<Service> = Api::namespaced(client.clone(), ns);
+    let name = svc.metadata.name.clone().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let result = api.create(&PostParams::default(), svc).await;
+        let ok = result.is_ok();
+        let error = result.err().map(|e| e.to_string()).unwrap_or_default();
+        if ok {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+        if ok == want_ok {
+            return error;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "creating {ns}/{name}: wanted {}, got {error:?}",
+            if want_ok { "success" } else { "a refusal" }
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn install_safety(kubeconfig: &Path, client: &kube::Client, rendered: &Path) {
+    let docs = documents(&rendered.join("manifests.yaml"));
+    let mut configs: Vec<Value> = docs
+        .iter()
+        .filter(|d| {
+            d["kind"] == "MutatingWebhookConfiguration"
+                || d["kind"] == "ValidatingWebhookConfiguration"
+        })
+        .cloned()
+        .collect();
+    let webhook_service: Vec<Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Service" && d["metadata"]["name"] == "svcplane-webhook")
+        .cloned()
+        .collect();
+    assert_eq!((configs.len(), webhook_service.len()), (2, 1));
+    for c in &configs {
+        for w in c["webhooks"].as_array().unwrap() {
+            assert_eq!(w["failurePolicy"], "Ignore", "the chart's default");
+        }
+    }
+    // The chart as installed whose pods never come up: the webhook Service exists,
+    // nothing backs it.
+    kubectl_ok(
+        kubeconfig,
+        &["apply", "-f", "-"],
+        &as_yaml(&[webhook_service.clone(), configs.clone()].concat()),
+    );
+    let ns = envtest::create_namespace(client, "svcplane-safety-")
+        .await
+        .unwrap();
+    let before = fail_open_count(kubeconfig);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut i = 0;
+    // Service creates succeed, and the API server did call the webhook: its calls
+    // failed open, one count per create and configuration.
+    loop {
+        i += 1;
+        let name = format!("no-pod-{i}");
+        let err = create_until(client, &ns, &service(&name, None, false), true).await;
+        assert!(err.is_empty());
+        if fail_open_count(kubeconfig) >= before + 2.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the API server never called the chart's webhook (fail-open count {before})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut node_port = service("no-pod-nodeport", None, false);
+    node_port.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+    create_until(client, &ns, &node_port, true).await;
+
+    // failurePolicy Fail (`--set webhook.failurePolicy=Fail`, what generic control
+    // planes choose): refused outside the exclusions once the API server sees it ...
+    for c in &mut configs {
+        for w in c["webhooks"].as_array_mut().unwrap() {
+            w["failurePolicy"] = json!("Fail");
+        }
+    }
+    kubectl_ok(kubeconfig, &["apply", "-f", "-"], &as_yaml(&configs));
+    let refusal = create_until(client, &ns, &service("refused", None, false), false).await;
+    assert!(refusal.contains("failed calling webhook"), "{refusal}");
+    // ... the release namespace (the chart's own Services) is never reviewed ...
+    create_until(
+        client,
+        "kube-system",
+        &service("release-ns", None, false),
+        true,
+    )
+    .await;
+    // ... except install probes, which are (a dry run: nothing is written).
+    let probe: Service = serde_json::from_value(json!({
+        "metadata": {"generateName": "probe-", "labels": {"svcplane.io/probe": ""}},
+        "spec": {"ports": [{"port": 443}]},
+    }))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let e = Api::<Service>::namespaced(client.clone(), "kube-system")
+        .create(&dry, &probe)
+        .await
+        .expect_err("a probe in the release namespace goes to the webhook");
+    assert!(e.to_string().contains("failed calling webhook"), "{e}");
+    // ... an opted-out Service is not ...
+    create_until(client, &ns, &service("opted-out", None, true), true).await;
+    // ... nor a namespace labelled out.
+    let quiet = envtest::create_namespace(client, "svcplane-quiet-")
+        .await
+        .unwrap();
+    kubectl_ok(
+        kubeconfig,
+        &["label", "namespace", &quiet, "svcplane.io/ignore="],
+        "",
+    );
+    create_until(client, &quiet, &service("quiet", None, false), true).await;
+
+    // The emergency switch, exactly as NOTES.txt prints it: creates work again.
+    kubectl_ok(
+        kubeconfig,
+        &[
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "svcplane",
+        ],
+        "",
+    );
+    create_until(client, &ns, &service("after-switch", None, false), true).await;
+    kubectl_ok(
+        kubeconfig,
+        &["delete", "-f", "-"],
+        &as_yaml(&webhook_service),
+    );
+    envtest::delete_namespace(client, &ns).await;
+    envtest::delete_namespace(client, &quiet).await;
 }

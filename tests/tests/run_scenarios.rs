@@ -564,7 +564,7 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
     use svcplane_allocator::Claim;
     use svcplane_controller::run_cmd::WebhookRun;
     use svcplane_webhook::handler::AdmissionHandler;
-    use svcplane_webhook::server::ServerConfig;
+    use svcplane_webhook::shell::certs::CertPlan;
     use svcplane_webhook::shell::repair::RepairConfig;
     use svcplane_webhook::shell::{ServiceSource, WebhookOptions};
 
@@ -588,14 +588,13 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
     let certs = svcplane_tests::webhook_env::certs(&dir, &["127.0.0.1"]).unwrap();
     let mut opts = options();
     opts.webhook = Some(WebhookRun {
-        server: ServerConfig {
-            bind_address: "127.0.0.1:0".parse().unwrap(),
-            cert_file: certs.cert_file.clone(),
-            key_file: certs.key_file.clone(),
-            request_timeout: Duration::from_secs(4),
-            reload_interval: Duration::from_secs(30),
-            drain: Duration::from_millis(100),
+        bind_address: "127.0.0.1:0".parse().unwrap(),
+        certs: CertPlan::Files {
+            cert: certs.cert_file.clone(),
+            key: certs.key_file.clone(),
         },
+        request_timeout: Duration::from_secs(4),
+        reload_interval: Duration::from_secs(30),
         options: WebhookOptions {
             allocator: svcplane_tests::run_env::allocator(),
             seed: 1,
@@ -607,6 +606,7 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
             services: ServiceSource::External,
             explicit_ranges: None,
             follow_service_cidrs: false,
+            identity: "run-scenarios".into(),
         },
     });
     let run = Instance::start(fake.client(), opts);

@@ -58,6 +58,7 @@ fn options(ranges: &str, ports: &str, seed: u64, repair: RepairConfig) -> Webhoo
         services: Default::default(),
         explicit_ranges: None,
         follow_service_cidrs: false,
+        identity: format!("replica-{seed}"),
     }
 }
 

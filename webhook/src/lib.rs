@@ -12,8 +12,10 @@
 //! - [`shell`]: I/O — watches that feed the state, claim writes, the repair loop, and
 //!   the [`handler::AdmissionHandler`] the HTTPS server calls;
 //! - [`server`] and [`tls`]: the axum HTTPS server and certificate reload;
+//! - [`certs`]: self-managed CA and serving certificate (pure rotation rules);
 //! - [`metrics`]: the webhook's counters, for the process' `/metrics`.
 
+pub mod certs;
 pub mod claim;
 pub mod handler;
 pub mod metrics;

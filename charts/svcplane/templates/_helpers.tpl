@@ -44,6 +44,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: svcplane
 {{- end }}
 
+{{/*
+Labels of the install check's objects: their own app.kubernetes.io/name, so the check
+pods are never selected by the Deployment's Services, PDB or NetworkPolicy.
+*/}}
+{{- define "svcplane.checkLabels" -}}
+helm.sh/chart: {{ include "svcplane.chart" . }}
+app.kubernetes.io/name: {{ printf "%s-check" (include "svcplane.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: svcplane
+app.kubernetes.io/component: check
+{{- end }}
+
 {{- define "svcplane.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "svcplane.fullname" .) .Values.serviceAccount.name }}
@@ -77,9 +91,64 @@ app.kubernetes.io/part-of: svcplane
 {{- define "svcplane.webhookSecretName" -}}
 {{- if eq .Values.webhook.certMode "secret" }}
 {{- required "webhook.existingSecret is required when webhook.certMode is secret" .Values.webhook.existingSecret }}
+{{- else if eq .Values.webhook.certMode "self" }}
+{{- printf "%s-webhook-certs" (include "svcplane.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-webhook-tls" (include "svcplane.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- end }}
+
+{{/* Name of the install check's ServiceAccount, Role and RoleBinding. */}}
+{{- define "svcplane.checkName" -}}
+{{- printf "%s-check" (include "svcplane.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Whether anything runs `svcplane check` (the hook Job or the helm test Pod: the test always exists with the webhook). */}}
+{{- define "svcplane.checkEnabled" -}}
+{{- if .Values.webhook.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+activeDeadlineSeconds of the check: its timeout (a Go duration: h, m, s parts) plus
+two minutes to pull the image and start.
+*/}}
+{{- define "svcplane.checkDeadline" -}}
+{{- $t := .Values.webhook.check.timeout }}
+{{- $secs := 0 }}
+{{- range $part := regexFindAll "[0-9]+(h|m|s)" $t -1 }}
+{{- $n := int (regexFind "[0-9]+" $part) }}
+{{- if hasSuffix "h" $part }}{{ $secs = add $secs (mul $n 3600) }}
+{{- else if hasSuffix "m" $part }}{{ $secs = add $secs (mul $n 60) }}
+{{- else }}{{ $secs = add $secs $n }}
+{{- end }}
+{{- end }}
+{{- add $secs 120 }}
+{{- end }}
+
+{{/*
+The container running `svcplane check` (hook Job and helm test Pod). Called with the
+root context.
+*/}}
+{{- define "svcplane.checkContainer" -}}
+- name: check
+  image: {{ include "svcplane.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - check
+    - --namespace={{ .Release.Namespace }}
+    - --timeout={{ .Values.webhook.check.timeout }}
+    - --interval=2s
+  env:
+    - name: RUST_LOG
+      value: warn
+  resources:
+    requests:
+      cpu: 10m
+      memory: 16Mi
+    limits:
+      memory: 64Mi
+  securityContext:
+    {{- toYaml .Values.containerSecurityContext | nindent 4 }}
 {{- end }}
 
 {{/* cert-manager Certificate of the serving cert, "<namespace>/<name>" for inject-ca-from. */}}
@@ -88,10 +157,26 @@ app.kubernetes.io/part-of: svcplane
 {{- end }}
 
 {{/*
+The namespaces the namespaceSelector excludes by name: excludeNamespaces minus the
+release namespace (that one is excluded by a matchCondition instead, which lets the
+install check's probes through).
+*/}}
+{{- define "svcplane.excludedByName" -}}
+{{- $out := list }}
+{{- range .Values.webhook.excludeNamespaces }}
+{{- if ne . $.Release.Namespace }}
+{{- $out = append $out . }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/*
 The fields every webhook entry shares (both configurations). Called with the
 root context.
 */}}
 {{- define "svcplane.webhookCommon" -}}
+{{- $byName := include "svcplane.excludedByName" . | fromJsonArray }}
 admissionReviewVersions: ["v1"]
 sideEffects: NoneOnDryRun
 matchPolicy: Equivalent
@@ -103,15 +188,21 @@ rules:
     operations: ["CREATE", "UPDATE"]
     resources: ["services"]
     scope: Namespaced
-{{- if .Values.webhook.excludeNamespaces }}
+{{- if or $byName .Values.webhook.namespaceOptOutLabel }}
 namespaceSelector:
   matchExpressions:
+    {{- if $byName }}
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values:
-        {{- range .Values.webhook.excludeNamespaces }}
+        {{- range $byName }}
         - {{ . | quote }}
         {{- end }}
+    {{- end }}
+    {{- if .Values.webhook.namespaceOptOutLabel }}
+    - key: {{ .Values.webhook.namespaceOptOutLabel | quote }}
+      operator: DoesNotExist
+    {{- end }}
 {{- else }}
 namespaceSelector: {}
 {{- end }}
@@ -124,10 +215,12 @@ objectSelector:
 objectSelector: {}
 {{- end }}
 matchConditions:
-  # svcplane never reviews its own webhook Service: a webhook that is down can
-  # then never block the `helm upgrade` that would fix it.
-  - name: exclude-svcplane-webhook-service
-    expression: '!(request.namespace == {{ .Release.Namespace | quote }} && request.name == {{ include "svcplane.webhookServiceName" . | quote }})'
+  # The release namespace is never reviewed: svcplane's own Services (webhook,
+  # metrics) can always be written, so a webhook that is down never blocks the
+  # `helm upgrade` that would fix it. Only the install check's dry-run probes
+  # (label svcplane.io/probe) are sent from there.
+  - name: exclude-release-namespace
+    expression: 'request.namespace != {{ .Release.Namespace | quote }} || (has(object.metadata.labels) && "svcplane.io/probe" in object.metadata.labels)'
 {{- end }}
 
 {{/*

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, Config};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -130,21 +130,6 @@ pub fn error_chain(error: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
-}
-
-/// Is the CRD of `K` served? A clear error if not (it ships with the Helm chart).
-pub async fn check_crd<K: CustomResourceExt>(client: &Client) -> anyhow::Result<()> {
-    let crd = K::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    let api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        kube::Api::all(client.clone());
-    match api.get_opt(&name).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => anyhow::bail!(
-            "CustomResourceDefinition {name} is not installed (apply it with the Helm chart, or `svcplane crd | kubectl apply -f -`)"
-        ),
-        Err(e) => Err(e).with_context(|| format!("checking CustomResourceDefinition {name}")),
-    }
 }
 
 /// Cancel `token` on SIGTERM or SIGINT; a second signal exits at once.

@@ -74,6 +74,12 @@ pub struct ResourceLabels {
     pub resource: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn per_sync_buckets() -> Histogram {
@@ -356,6 +362,19 @@ impl Metrics {
             "Events not recorded because the event queue was full",
             events_dropped.clone(),
         );
+        // kubernetes_build_info's shape: a constant 1 labelled with what was built.
+        let build_info: Family<BuildLabels, Gauge> = Family::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: crate::build_info::VERSION,
+                commit: crate::build_info::COMMIT,
+            })
+            .set(1);
+        s.register(
+            "build_info",
+            "1, labelled with the version and git commit of the running binary",
+            build_info,
+        );
 
         Metrics(Arc::new(Inner {
             registry: r,
@@ -489,6 +508,11 @@ mod tests {
             "leader_election_master_status{name=\"svcplane\"} 1",
             "svcplane_webhook_claims_released_total{reason=\"service_gone\"} 1",
             "svcplane_webhook_claim_repair_passes_total 0",
+            &format!(
+                "svcplane_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+                crate::build_info::VERSION,
+                crate::build_info::COMMIT
+            ),
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");

@@ -138,6 +138,19 @@ pub(crate) fn canonical(name: &str) -> Option<&'static str> {
         .map(|d| d.name)
 }
 
+/// The other names `--controllers` accepts (kube-controller-manager's), in table order.
+pub(crate) fn aliases() -> impl Iterator<Item = &'static str> {
+    CONTROLLERS.iter().flat_map(|d| d.aliases.iter().copied())
+}
+
+/// The other names of the controller `name` (empty for a name the table lacks).
+pub(crate) fn aliases_of(name: &str) -> &'static [&'static str] {
+    CONTROLLERS
+        .iter()
+        .find(|d| d.name == name)
+        .map_or(&[], |d| d.aliases)
+}
+
 /// The canonical names, in table order.
 pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     CONTROLLERS.iter().map(|d| d.name)

@@ -21,6 +21,7 @@
 mod decode;
 mod mutate;
 mod patch;
+pub mod probe;
 mod response;
 mod update_rules;
 mod validate;
@@ -31,6 +32,7 @@ mod tests;
 
 pub use decode::{BadRequest, Decoded, Operation, ServiceRequest, decode};
 pub use mutate::mutate;
+pub use probe::{PROBE_ANSWERED_BY, PROBE_LABEL, probe_ops};
 pub use response::review_response;
 pub use update_rules::validate_update;
 pub use validate::{service_rules, validate};

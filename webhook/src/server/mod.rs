@@ -47,10 +47,8 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 pub struct ServerConfig {
     /// Address to listen on (`--bind-address`/`--secure-port`).
     pub bind_address: SocketAddr,
-    /// PEM certificate chain (`--tls-cert-file`).
-    pub cert_file: PathBuf,
-    /// PEM private key (`--tls-private-key-file`).
-    pub key_file: PathBuf,
+    /// Where the serving certificate comes from.
+    pub certs: Certs,
     /// Deadline for reading a request body and answering it; past it the answer is 504.
     pub request_timeout: Duration,
     /// How often the certificate files are re-read.
@@ -64,13 +62,30 @@ pub struct ServerConfig {
     pub drain: Duration,
 }
 
+/// The serving certificate's source.
+#[derive(Debug, Clone)]
+pub enum Certs {
+    /// PEM files (`--tls-cert-file`, `--tls-private-key-file`), re-read every
+    /// `reload_interval`.
+    Files {
+        /// PEM certificate chain.
+        cert_file: PathBuf,
+        /// PEM private key.
+        key_file: PathBuf,
+    },
+    /// A pair already loaded, kept current by its owner (self-managed certificates).
+    Loaded(CertReloader),
+}
+
 impl ServerConfig {
     /// Defaults for everything but the certificate files.
     pub fn new(cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
         Self {
             bind_address: DEFAULT_BIND_ADDRESS,
-            cert_file: cert_file.into(),
-            key_file: key_file.into(),
+            certs: Certs::Files {
+                cert_file: cert_file.into(),
+                key_file: key_file.into(),
+            },
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             reload_interval: DEFAULT_RELOAD_INTERVAL,
             drain: DEFAULT_DRAIN,
@@ -141,8 +156,13 @@ pub async fn bind<H: AdmissionHandler>(
     // `main` installs it too; this keeps tests and embedders from depending on that.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
-    let reloader =
-        CertReloader::load(&config.cert_file, &config.key_file, config.reload_interval).await?;
+    let reloader = match config.certs {
+        Certs::Files {
+            cert_file,
+            key_file,
+        } => CertReloader::load(&cert_file, &key_file, config.reload_interval).await?,
+        Certs::Loaded(reloader) => reloader,
+    };
     let address = config.bind_address;
     let bind_error = |source| ServerError::Bind { address, source };
     let listener = tokio::net::TcpListener::bind(address)

@@ -35,6 +35,8 @@ pub struct Webhook<C> {
     claims: C,
     readiness: Arc<Readiness>,
     metrics: WebhookMetrics,
+    /// This replica's name (`POD_NAME`), written into answered install probes.
+    identity: String,
 }
 
 impl<C: ClaimStore> Webhook<C> {
@@ -50,12 +52,24 @@ impl<C: ClaimStore> Webhook<C> {
             claims,
             readiness,
             metrics,
+            identity: "svcplane".to_owned(),
         }
+    }
+
+    /// Name this replica in the answers to install probes ([`review::probe`]).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
     }
 
     /// The shared allocation state.
     pub fn state(&self) -> &SharedState {
         &self.state
+    }
+
+    /// Why the webhook cannot answer yet (`None`: it can), for `/readyz`.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        self.readiness.not_ready_reason()
     }
 
     #[instrument(skip_all, fields(uid = %req.uid, namespace = %req.namespace, name = %req.name, dry_run = req.dry_run))]
@@ -92,6 +106,10 @@ impl<C: ClaimStore> Webhook<C> {
             };
             if req.dry_run || reserved.is_empty() {
                 lock(&self.state).remove(&pending);
+                let mut patch = patch;
+                patch
+                    .0
+                    .extend(review::probe_ops(&req.object, req.dry_run, &self.identity));
                 return answer(review::review_response(
                     &req.uid,
                     &review::Verdict::Allow { patch, warnings },

@@ -7,9 +7,11 @@
 //! - [`repair`]: the loop that releases claims nobody uses;
 //! - [`admission`]: the [`crate::handler::AdmissionHandler`] that ties review, state
 //!   and claims together for the HTTPS server;
+//! - [`certs`]: self-managed certificates (Secret, serving pair, `caBundle`);
 //! - [`start`]: wiring all of it from a client and settings.
 
 pub mod admission;
+pub mod certs;
 pub mod claimer;
 pub mod holders;
 pub mod ranges;

@@ -41,6 +41,8 @@ pub struct WebhookOptions {
     /// Follow the cluster's ServiceCIDR objects (`false`: the configured ranges
     /// always, `--service-ranges-from=flags`).
     pub follow_service_cidrs: bool,
+    /// This replica's name (`POD_NAME`), shown in answered install probes.
+    pub identity: String,
 }
 
 /// A started webhook: the handler for the HTTPS server and its background tasks.
@@ -159,12 +161,15 @@ pub async fn start_watches(
             cancel.clone(),
         )));
     }
-    let webhook = Arc::new(Webhook::new(
-        state.clone(),
-        KubeClaims::new(client.clone()),
-        readiness.clone(),
-        options.metrics.clone(),
-    ));
+    let webhook = Arc::new(
+        Webhook::new(
+            state.clone(),
+            KubeClaims::new(client.clone()),
+            readiness.clone(),
+            options.metrics.clone(),
+        )
+        .with_identity(options.identity.clone()),
+    );
     Ok(Started {
         webhook,
         tasks,

@@ -18,7 +18,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::holders::{HolderSource, SourceKind};
 use crate::claim::AllocationClaim;
@@ -45,7 +45,15 @@ pub fn lock(state: &SharedState) -> MutexGuard<'_, AllocationState> {
 pub struct Readiness {
     listed: [AtomicBool; 4],
     in_sync: [AtomicBool; 4],
+    /// The AllocationClaim CRD is not served (the claims watch waits for it).
+    crd_missing: AtomicBool,
 }
+
+/// What `/readyz` says while the AllocationClaim CRD is missing: what is wrong and the
+/// one command that fixes it.
+pub const CRD_MISSING: &str = "the AllocationClaim CustomResourceDefinition \
+(allocationclaims.svcplane.io) is not installed: apply it with \
+`svcplane crd | kubectl apply -f -`, or install the Helm chart with crds.install=true";
 
 fn slot(kind: SourceKind) -> usize {
     match kind {
@@ -95,6 +103,34 @@ impl Readiness {
     /// Every source has completed a list.
     pub fn all(&self) -> bool {
         ALL_SOURCES.into_iter().all(|k| self.is_synced(k))
+    }
+
+    /// Record whether the AllocationClaim CRD is missing.
+    pub fn set_crd_missing(&self, missing: bool) {
+        self.crd_missing.store(missing, Ordering::Release);
+    }
+
+    /// Is the AllocationClaim CRD missing?
+    pub fn crd_missing(&self) -> bool {
+        self.crd_missing.load(Ordering::Acquire)
+    }
+
+    /// Why the webhook cannot answer yet, for `/readyz` (`None`: it can).
+    pub fn not_ready_reason(&self) -> Option<String> {
+        if self.crd_missing() {
+            return Some(CRD_MISSING.to_owned());
+        }
+        let waiting: Vec<&str> = ALL_SOURCES
+            .into_iter()
+            .filter(|k| !self.is_synced(*k))
+            .map(SourceKind::label)
+            .collect();
+        (!waiting.is_empty()).then(|| {
+            format!(
+                "allocation watches have not listed yet (waiting for: {})",
+                waiting.join(", ")
+            )
+        })
     }
 }
 
@@ -296,8 +332,55 @@ pub async fn has_ip_addresses(client: &Client) -> Result<bool, kube::Error> {
     }
 }
 
-/// Start every watch the webhook needs. IPAddress objects are watched when the API
-/// server has them; otherwise that source is ready at once.
+/// How often a missing AllocationClaim CRD is looked for again.
+pub const CRD_POLL: Duration = Duration::from_secs(5);
+
+/// Waits until AllocationClaims are served; `false` if `cancel` fired first. While the
+/// CRD is missing, `readiness` says so (for `/readyz`) and one error line names the
+/// fix — instead of a watch failing with 404 forever, a warning per retry.
+pub async fn wait_for_claims_crd(
+    client: &Client,
+    readiness: &Readiness,
+    cancel: &CancellationToken,
+    poll: Duration,
+) -> bool {
+    let api: Api<AllocationClaim> = Api::all(client.clone());
+    let mut reported_missing = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => {
+                readiness.set_crd_missing(false);
+                if reported_missing {
+                    info!("the AllocationClaim CRD is installed now; watching claims");
+                }
+                return true;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                readiness.set_crd_missing(true);
+                if !reported_missing {
+                    error!("{CRD_MISSING}; the webhook stays unready until it is");
+                    reported_missing = true;
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    warn!(error = %msg, "cannot tell whether the AllocationClaim CRD is installed; retrying");
+                    last_error = Some(msg);
+                }
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return false,
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Start every watch the webhook needs. The claim watch starts once the
+/// AllocationClaim CRD is served ([`wait_for_claims_crd`]); IPAddress objects are
+/// watched when the API server has them, otherwise that source is ready at once.
 pub async fn spawn_all(
     client: Client,
     state: SharedState,
@@ -305,12 +388,26 @@ pub async fn spawn_all(
     services: ServiceSource,
     cancel: CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![tokio::spawn(feed(
-        Api::<AllocationClaim>::all(client.clone()),
-        state.clone(),
-        readiness.clone(),
-        cancel.clone(),
-    ))];
+    let claims = {
+        let (client, state, readiness, cancel) = (
+            client.clone(),
+            state.clone(),
+            readiness.clone(),
+            cancel.clone(),
+        );
+        async move {
+            if wait_for_claims_crd(&client, &readiness, &cancel, CRD_POLL).await {
+                feed(
+                    Api::<AllocationClaim>::all(client),
+                    state,
+                    readiness,
+                    cancel,
+                )
+                .await;
+            }
+        }
+    };
+    let mut tasks = vec![tokio::spawn(claims)];
     if services == ServiceSource::OwnWatch {
         tasks.push(tokio::spawn(feed(
             Api::<Service>::all(client.clone()),
@@ -450,6 +547,26 @@ mod tests {
         assert_eq!(seq, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
         b.reset();
         assert_eq!(b.take(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn readyz_names_the_missing_crd_and_the_command_that_fixes_it() {
+        let r = Readiness::default();
+        let why = r.not_ready_reason().unwrap();
+        assert!(
+            why.contains("services, allocationclaims, ipaddresses"),
+            "{why}"
+        );
+        r.set_crd_missing(true);
+        let why = r.not_ready_reason().unwrap();
+        assert!(why.contains("allocationclaims.svcplane.io"), "{why}");
+        assert!(why.contains("svcplane crd | kubectl apply -f -"), "{why}");
+        for k in ALL_SOURCES {
+            r.listed(k);
+        }
+        assert!(r.not_ready_reason().is_some(), "a missing CRD wins");
+        r.set_crd_missing(false);
+        assert_eq!(r.not_ready_reason(), None);
     }
 
     #[test]

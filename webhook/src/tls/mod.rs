@@ -78,11 +78,17 @@ pub enum Reload {
     Failed(TlsError),
 }
 
-/// Serves the certificate in `cert_file`/`key_file` and keeps it current.
+/// Serves the certificate in `cert_file`/`key_file` and keeps it current; or, built
+/// with [`CertReloader::from_pem`], serves a pair held in memory that its owner
+/// replaces with [`CertReloader::install_pem`] (self-managed certificates read from a
+/// Secret through the API).
 #[derive(Debug, Clone)]
 pub struct CertReloader {
+    /// The files, or (in-memory pairs) names for messages.
     cert_file: PathBuf,
     key_file: PathBuf,
+    /// Whether [`CertReloader::run`] polls the files (false for in-memory pairs).
+    from_files: bool,
     reload_interval: Duration,
     rustls: RustlsConfig,
     status: Arc<CertStatus>,
@@ -116,6 +122,7 @@ impl CertReloader {
         Ok(Self {
             cert_file,
             key_file,
+            from_files: true,
             reload_interval,
             rustls: RustlsConfig::from_config(Arc::new(config)),
             status,
@@ -124,6 +131,55 @@ impl CertReloader {
                 rejected: None,
             })),
         })
+    }
+
+    /// Serve `cert`/`key` (PEM) held in memory; `source` names where they came from in
+    /// messages (e.g. `secret kube-system/svcplane-webhook-tls`). Fails when unusable.
+    pub fn from_pem(source: &str, cert: &[u8], key: &[u8]) -> Result<Self, TlsError> {
+        let cert_file = PathBuf::from(format!("{source}: tls.crt"));
+        let key_file = PathBuf::from(format!("{source}: tls.key"));
+        let config = server_config(cert, key, &cert_file, &key_file)?;
+        let status = Arc::new(CertStatus::default());
+        status.loaded.store(true, Ordering::Relaxed);
+        info!(source, "loaded the serving certificate");
+        Ok(Self {
+            cert_file,
+            key_file,
+            from_files: false,
+            reload_interval: DEFAULT_RELOAD_INTERVAL,
+            rustls: RustlsConfig::from_config(Arc::new(config)),
+            status,
+            seen: Arc::new(Mutex::new(Seen {
+                served: digest(cert, key),
+                rejected: None,
+            })),
+        })
+    }
+
+    /// Serve `cert`/`key` from now on if they differ from the served pair and are
+    /// usable (in-memory pairs; files are re-read by [`CertReloader::reload`]).
+    pub async fn install_pem(&self, cert: &[u8], key: &[u8]) -> Reload {
+        let mut seen = self.seen.lock().await;
+        let hash = digest(cert, key);
+        if hash == seen.served || Some(hash) == seen.rejected {
+            return Reload::Unchanged;
+        }
+        match server_config(cert, key, &self.cert_file, &self.key_file) {
+            Ok(config) => {
+                self.rustls.reload_from_config(Arc::new(config));
+                seen.served = hash;
+                seen.rejected = None;
+                self.status.reloads.fetch_add(1, Ordering::Relaxed);
+                info!(source = %self.cert_file.display(), "serving a new certificate");
+                Reload::Reloaded
+            }
+            Err(e) => {
+                seen.rejected = Some(hash);
+                self.status.failed_reloads.fetch_add(1, Ordering::Relaxed);
+                self.log_failure(&e);
+                Reload::Failed(e)
+            }
+        }
     }
 
     /// The config the TLS acceptor reads for every new connection; reloads swap what
@@ -185,8 +241,12 @@ impl CertReloader {
         }
     }
 
-    /// Poll every `reload_interval` until `shutdown` fires.
+    /// Poll every `reload_interval` until `shutdown` fires (an in-memory pair has no
+    /// files to poll: its owner installs new pairs).
     pub async fn run(self, shutdown: CancellationToken) {
+        if !self.from_files {
+            return;
+        }
         let mut ticks = tokio::time::interval(self.reload_interval);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // The first tick is immediate, and the pair was just loaded.
