@@ -442,8 +442,16 @@ CONTROLLER_GRANTS = (g("", ["services", "pods", "nodes"], READ)
                      | g("", ["endpoints"], READ + ["create", "update", "delete"])
                      | g("discovery.k8s.io", ["endpointslices"], READ + ["create", "update", "delete"])
                      | g("events.k8s.io", ["events"], ["create", "patch"])
-                     | g("networking.k8s.io", ["ipaddresses"], READ)
+                     | g("networking.k8s.io", ["ipaddresses", "servicecidrs"], READ)
                      | g("svcplane.io", ["allocationclaims"], ["get"] + READ + ["create", "delete"]))
+
+
+def test_the_service_cidr_controller_gets_its_writes_only_when_enabled():
+    for controllers in (["*", "servicecidr"], ["endpointslice", "service-cidr-controller"]):
+        got = grants(rules(render_objects({"controllers": controllers}), "ClusterRole"))
+        assert g("networking.k8s.io", ["servicecidrs", "servicecidrs/status"], ["patch"]) <= got, controllers
+    got = grants(rules(render_objects({"controllers": ["*"]}), "ClusterRole"))
+    assert not any(res.startswith("servicecidrs") and verb == "patch" for (_, res, verb, _) in got)
 
 
 def test_cluster_role_is_exactly_what_the_code_uses():
@@ -953,6 +961,7 @@ def test_every_value_reaches_its_flag():
         "endpoints": {"updatesBatchPeriod": "1s", "concurrentSyncs": 8},
         "mirroring": {"maxEndpointsPerSubset": 500, "updatesBatchPeriod": "3s", "concurrentSyncs": 9},
         "serviceClusterIPRange": "10.0.0.0/16,fd00::/108",
+        "serviceRangesFrom": "flags",
         "serviceNodePortRange": "31000-31999",
         "allocatorRepairInterval": "5m",
         "kubeAPI": {"qps": 50, "burst": 75},
@@ -981,6 +990,7 @@ def test_every_value_reaches_its_flag():
         "concurrent-endpoint-syncs": "8",
         "mirroring-concurrent-service-endpoint-syncs": "9",
         "service-cluster-ip-range": "10.0.0.0/16,fd00::/108",
+        "service-ranges-from": "flags",
         "service-node-port-range": "31000-31999",
         "allocator-repair-interval": "5m",
         "kube-api-qps": "50",
@@ -1022,7 +1032,9 @@ def test_default_flags_equal_the_binary_defaults():
     assert f["endpoint-updates-batch-period"] == "0s"
     assert "endpointslice-updates-batch-period" not in f  # defaults to the endpoints period
     assert "mirroring-endpointslice-updates-batch-period" not in f
-    assert f["service-cluster-ip-range"] == "10.96.0.0/12"
+    # The ranges come from the cluster's ServiceCIDR objects: nothing copied by hand.
+    assert "service-cluster-ip-range" not in f
+    assert f["service-ranges-from"] == "cluster"
     assert f["service-node-port-range"] == "30000-32767"
     assert (f["kube-api-qps"], f["kube-api-burst"]) == ("20", "30")
     assert f["metrics-bind-address"] == "0.0.0.0:8080"

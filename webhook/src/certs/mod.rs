@@ -15,7 +15,7 @@
 //!   previous one until it expires;
 //! - `ca.key`: the current CA's key.
 //!
-//! Rules (every one has a test named after it):
+//! Rules (WH-14.1 to WH-14.6 in `docs/webhook.md`; every one has a test named after it):
 //! 1. nothing usable (absent, unparsable, a key that is not its certificate's) →
 //!    new CA and serving certificate;
 //! 2. a certificate is due once two thirds of the lifetime it was issued for have

@@ -40,7 +40,7 @@ fn first(m: &Material, from: i64, action: Action) -> i64 {
 }
 
 #[test]
-fn rule_1_nothing_usable_creates_a_ca_and_a_serving_certificate() {
+fn rule_14_1_nothing_usable_creates_a_ca_and_a_serving_certificate() {
     let m = created(T0);
     let i = inspect(&m).unwrap();
     assert_eq!(i.bundle.len(), 1);
@@ -80,7 +80,7 @@ fn rule_1_nothing_usable_creates_a_ca_and_a_serving_certificate() {
 }
 
 #[test]
-fn rule_2_a_certificate_is_due_after_two_thirds_of_its_lifetime() {
+fn rule_14_2_a_certificate_is_due_after_two_thirds_of_its_lifetime() {
     // Issued at 3600 (notBefore backdated by an hour), for 300 s.
     let c = CertInfo {
         not_before: 0,
@@ -118,7 +118,7 @@ fn rule_2_a_certificate_is_due_after_two_thirds_of_its_lifetime() {
 }
 
 #[test]
-fn rule_3_a_due_ca_is_replaced_and_the_old_one_stays_trusted() {
+fn rule_14_3_a_due_ca_is_replaced_and_the_old_one_stays_trusted() {
     let m = created(T0);
     let at = first(&m, T0, Action::RotateCa);
     assert_eq!(at, T0 + 300 * DAY * 2 / 3);
@@ -143,7 +143,7 @@ fn rule_3_a_due_ca_is_replaced_and_the_old_one_stays_trusted() {
 }
 
 #[test]
-fn rule_4_the_serving_certificate_moves_to_the_new_ca_only_after_it_settled() {
+fn rule_14_4_the_serving_certificate_moves_to_the_new_ca_only_after_it_settled() {
     let m = created(T0);
     let at = first(&m, T0, Action::RotateCa);
     let (m, _) = step(&m, at - 2 * DAY);
@@ -191,7 +191,7 @@ fn rule_4_the_serving_certificate_moves_to_the_new_ca_only_after_it_settled() {
 }
 
 #[test]
-fn rule_5_the_serving_certificate_never_outlives_its_ca() {
+fn rule_14_5_the_serving_certificate_never_outlives_its_ca() {
     let mut s = settings();
     s.ca_validity = Duration::from_secs((20 * DAY) as u64);
     s.cert_validity = Duration::from_secs((365 * DAY) as u64);
@@ -201,7 +201,7 @@ fn rule_5_the_serving_certificate_never_outlives_its_ca() {
 }
 
 #[test]
-fn rule_6_expired_cas_leave_the_bundle() {
+fn rule_14_6_expired_cas_leave_the_bundle() {
     let m = created(T0);
     let rotation = first(&m, T0, Action::RotateCa);
     let (m, _) = step(&m, rotation - 2 * DAY);

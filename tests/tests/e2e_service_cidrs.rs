@@ -1,0 +1,362 @@
+//! Service ranges from the cluster's ServiceCIDR objects, with the shipped `svcplane`
+//! binary on the envtest kube-apiserver (AL-2.1, AL-3, AL-6).
+//!
+//! `svcplane run` is started without `--service-cluster-ip-range`, with its webhook
+//! registered for one namespace and the `servicecidr` controller on, and does what an
+//! operator expects: Services get addresses from the API server's own range; a
+//! ServiceCIDR added at run time admits a hand-picked address in it without a restart
+//! and shows in the capacity metrics (a tiny one filled by hand reaches 0 available
+//! and counts the refused request); deleting that ServiceCIDR while a Service uses
+//! it keeps it (finalizer, `Ready=False` `Terminating`) and the webhook hands out
+//! nothing more from it; once the Service goes, so does the range. A second test gives
+//! a range flag that disagrees with the cluster: the objects win, and `/readyz` says
+//! so. The tests run one at a time (`SERIAL`): ServiceCIDRs are cluster-wide.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use svcplane_tests::binary::{SvcplaneProcess, free_port, svcplane_bin_or_skip};
+use svcplane_tests::envtest::{self, Cluster, Flavor};
+use svcplane_tests::webhook_env::{Certs, certs, install_claim_crd, register_webhooks};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Env {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    bin: std::path::PathBuf,
+    cluster: Cluster,
+    client: Client,
+    certs: Certs,
+}
+
+async fn env(test: &str) -> Option<Env> {
+    let serial = SERIAL.lock().await;
+    let cluster = envtest::cluster(Flavor::ApiServerOnly, test)?;
+    if !envtest::reaches_loopback(&cluster, test) {
+        return None;
+    }
+    let bin = svcplane_bin_or_skip(test)?;
+    let client = cluster.client().await.unwrap();
+    install_claim_crd(&client).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+    let certs = certs(&dir, &["127.0.0.1"]).unwrap();
+    Some(Env {
+        _serial: serial,
+        bin,
+        cluster,
+        client,
+        certs,
+    })
+}
+
+/// `svcplane run` with its webhook and the `servicecidr` controller, no range flag
+/// unless `extra` gives one; ready. Its HTTPS base URL.
+async fn start_run(env: &Env, name: &str, extra: &[&str]) -> (SvcplaneProcess, String) {
+    let port = free_port();
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
+        "--leader-elect=false".into(),
+        "--controllers=servicecidr".into(),
+        format!("--webhook-bind-address=127.0.0.1:{port}"),
+        format!("--tls-cert-file={}", env.certs.cert_file.display()),
+        format!("--tls-private-key-file={}", env.certs.key_file.display()),
+        format!("--metrics-bind-address={admin}"),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let mut p = SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin));
+    p.wait_ready(Duration::from_secs(60)).await;
+    (p, format!("https://127.0.0.1:{port}"))
+}
+
+fn service(name: &str, cluster_ip: Option<&str>) -> Service {
+    let mut spec = json!({"ports": [{"port": 80}], "selector": {"app": name}});
+    if let Some(ip) = cluster_ip {
+        spec["clusterIP"] = json!(ip);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+async fn create(client: &Client, ns: &str, svc: &Service) -> Result<Service, kube::Error> {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), svc)
+        .await
+}
+
+/// The first ClusterIP of a stored Service.
+fn ip_of(svc: &Service) -> Ipv4Addr {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn in_cidr(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
+    let mask = u32::MAX << (32 - prefix);
+    u32::from(ip) & mask == u32::from(Ipv4Addr::from(net)) & mask
+}
+
+/// `(reason, status)` of the Ready condition, and whether the object still exists.
+async fn ready_of(client: &Client, name: &str) -> Option<(String, String)> {
+    let c = Api::<ServiceCIDR>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()?;
+    let cond = c
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready");
+    Some(cond.map_or_else(Default::default, |c| (c.reason, c.status)))
+}
+
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn ranges_follow_service_cidrs_added_and_deleted_at_run_time() {
+    let test = "e2e_service_cidrs::ranges_follow_service_cidrs_added_and_deleted_at_run_time";
+    let Some(env) = env(test).await else {
+        return;
+    };
+    let (run, base) = start_run(&env, "cidr-run", &[]).await;
+    let ns = envtest::create_namespace(&env.client, "cidrs-")
+        .await
+        .unwrap();
+    register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
+        .await
+        .unwrap();
+    let (_, body) = run.admin_get("/readyz").unwrap();
+    assert!(
+        body.contains("service ranges (ServiceCIDR objects): 10.96.0.0/16"),
+        "/readyz names the cluster's ranges: {body}"
+    );
+
+    // No range flag: the address comes from the API server's own range.
+    let auto = create(&env.client, &ns, &service("auto", None))
+        .await
+        .unwrap();
+    assert!(
+        in_cidr(ip_of(&auto), [10, 96, 0, 0], 16),
+        "{:?}",
+        ip_of(&auto)
+    );
+
+    // An address no ServiceCIDR covers is refused by the webhook.
+    let e = create(&env.client, &ns, &service("early", Some("10.200.0.10")))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("denied the request")
+            && e.to_string().contains("does not match the current range"),
+        "{e}"
+    );
+
+    // A ServiceCIDR added at run time: the hand-picked address is admitted, no restart.
+    let name = "e2e-extra";
+    let mut cidr = ServiceCIDR::default();
+    cidr.metadata.name = Some(name.into());
+    cidr.spec = Some(ServiceCIDRSpec {
+        cidrs: Some(vec!["10.200.0.0/24".into()]),
+    });
+    let cidrs = Api::<ServiceCIDR>::all(env.client.clone());
+    cidrs.create(&PostParams::default(), &cidr).await.unwrap();
+    // The controller marks it ready and protects it.
+    wait_for("Ready=True", Duration::from_secs(30), || async {
+        ready_of(&env.client, name)
+            .await
+            .is_some_and(|(_, s)| s == "True")
+    })
+    .await;
+    let stored = cidrs.get(name).await.unwrap();
+    assert_eq!(
+        stored.metadata.finalizers.unwrap_or_default(),
+        ["networking.k8s.io/service-cidr-finalizer"]
+    );
+    let start = Instant::now();
+    let user = loop {
+        match create(&env.client, &ns, &service("user", Some("10.200.0.10"))).await {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(start.elapsed() < Duration::from_secs(30), "{e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(ip_of(&user), Ipv4Addr::new(10, 200, 0, 10));
+    wait_for(
+        "capacity metrics of the new range",
+        Duration::from_secs(20),
+        || async {
+            run.metric("kube_apiserver_clusterip_allocator_allocated_ips{cidr=\"10.200.0.0/24\"}")
+                == Some(1.0)
+                && run.metric(
+                    "kube_apiserver_clusterip_allocator_available_ips{cidr=\"10.200.0.0/24\"}",
+                ) == Some(253.0)
+        },
+    )
+    .await;
+
+    // A tiny range filled by hand: its available addresses reach 0, and a request for
+    // a taken one is counted as an error of that range.
+    let tiny = "e2e-tiny";
+    let mut small = ServiceCIDR::default();
+    small.metadata.name = Some(tiny.into());
+    small.spec = Some(ServiceCIDRSpec {
+        cidrs: Some(vec!["10.201.0.0/29".into()]),
+    });
+    cidrs.create(&PostParams::default(), &small).await.unwrap();
+    wait_for(
+        "the tiny range to be ready",
+        Duration::from_secs(30),
+        || async {
+            ready_of(&env.client, tiny)
+                .await
+                .is_some_and(|(_, s)| s == "True")
+        },
+    )
+    .await;
+    for host in 1..=6 {
+        let ip = format!("10.201.0.{host}");
+        let start = Instant::now();
+        while let Err(e) = create(
+            &env.client,
+            &ns,
+            &service(&format!("tiny-{host}"), Some(&ip)),
+        )
+        .await
+        {
+            assert!(start.elapsed() < Duration::from_secs(30), "{ip}: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let series =
+        |m: &str| format!("kube_apiserver_clusterip_allocator_{m}{{cidr=\"10.201.0.0/29\"}}");
+    wait_for(
+        "the tiny range to be full",
+        Duration::from_secs(20),
+        || async {
+            run.metric(&series("available_ips")) == Some(0.0)
+                && run.metric(&series("allocated_ips")) == Some(6.0)
+        },
+    )
+    .await;
+    let errors = "kube_apiserver_clusterip_allocator_allocation_errors_total{cidr=\"10.201.0.0/29\",scope=\"static\"}";
+    assert_eq!(run.metric(errors), None, "no error yet");
+    let e = create(&env.client, &ns, &service("tiny-again", Some("10.201.0.3")))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("already allocated"), "{e}");
+    assert_eq!(run.metric(errors), Some(1.0));
+    for host in 1..=6 {
+        Api::<Service>::namespaced(env.client.clone(), &ns)
+            .delete(&format!("tiny-{host}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    cidrs.delete(tiny, &DeleteParams::default()).await.unwrap();
+
+    // Deleted while the Service uses it: kept, Ready=False Terminating, and nothing
+    // more is handed out from it.
+    cidrs.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_for(
+        "Ready=False Terminating",
+        Duration::from_secs(30),
+        || async {
+            ready_of(&env.client, name).await
+                == Some(("Terminating".to_owned(), "False".to_owned()))
+        },
+    )
+    .await;
+    let start = Instant::now();
+    loop {
+        // The webhook learns of the deletion from its watch: retry until it refuses.
+        match create(&env.client, &ns, &service("late", Some("10.200.0.11"))).await {
+            Err(e) => {
+                assert!(e.to_string().contains("denied the request"), "{e}");
+                break;
+            }
+            Ok(_) => {
+                Api::<Service>::namespaced(env.client.clone(), &ns)
+                    .delete("late", &DeleteParams::default())
+                    .await
+                    .unwrap();
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "a range being deleted still hands out addresses"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+
+    // The Service goes: so does the range, after the ten-second grace.
+    Api::<Service>::namespaced(env.client.clone(), &ns)
+        .delete("user", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the ServiceCIDR to go", Duration::from_secs(40), || async {
+        ready_of(&env.client, name).await.is_none()
+    })
+    .await;
+    envtest::delete_namespace(&env.client, &ns).await;
+}
+
+#[tokio::test]
+async fn a_range_flag_that_disagrees_is_reported_and_the_objects_win() {
+    let test = "e2e_service_cidrs::a_range_flag_that_disagrees_is_reported_and_the_objects_win";
+    let Some(env) = env(test).await else {
+        return;
+    };
+    let (run, base) = start_run(
+        &env,
+        "cidr-flag",
+        &["--service-cluster-ip-range=10.100.0.0/16"],
+    )
+    .await;
+    let ns = envtest::create_namespace(&env.client, "cidrs-flag-")
+        .await
+        .unwrap();
+    register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
+        .await
+        .unwrap();
+    let (_, body) = run.admin_get("/readyz").unwrap();
+    assert!(
+        body.contains("10.100.0.0/16") && body.contains("10.96.0.0/16"),
+        "/readyz names both the flag and the objects: {body}"
+    );
+    // The flag's range would give 10.100.x.y; the cluster's gives 10.96.x.y.
+    for i in 0..4 {
+        let s = create(&env.client, &ns, &service(&format!("s{i}"), None))
+            .await
+            .unwrap();
+        assert!(in_cidr(ip_of(&s), [10, 96, 0, 0], 16), "{:?}", ip_of(&s));
+    }
+    envtest::delete_namespace(&env.client, &ns).await;
+}
