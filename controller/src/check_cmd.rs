@@ -167,7 +167,7 @@ pub fn run(args: &CheckArgs) -> Outcome {
 
 async fn check(args: &CheckArgs) -> Outcome {
     let namespace = crate::webhook_cmd::namespace_or_pod(args.namespace.as_deref());
-    let client = match kube_client::connect(args.kubeconfig.as_deref()).await {
+    let client = match kube_client::connect(args.kubeconfig.as_deref(), "check").await {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("{e:#}")),
     };

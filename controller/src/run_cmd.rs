@@ -613,6 +613,7 @@ async fn serve_webhook(
     };
     let result = match bind(webhook.clone(), server, shutdown.clone()).await {
         Ok(running) => {
+            webhook.metrics().cert.serving(running.certs());
             let _ = state.set((running.certs(), webhook, ranges));
             running.wait().await.map_err(|e| format!("{e:#}"))
         }

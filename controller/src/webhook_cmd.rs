@@ -86,7 +86,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
         .config()
         .map_err(|e| anyhow::anyhow!("allocator ranges: {e}"))?;
     let plan = cert_plan(&args.server).map_err(|e| anyhow::anyhow!(e))?;
-    let client = kube_client::connect(args.kubeconfig.as_deref()).await?;
+    let client = kube_client::connect(args.kubeconfig.as_deref(), "webhook").await?;
     // Two tokens: a signal stops the server (which drains first), and only then the
     // watches, so requests answered during the drain still see a live state.
     let cancel = CancellationToken::new();
@@ -161,6 +161,7 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
             };
             match bind(Arc::clone(&started.webhook), config, cancel.clone()).await {
                 Ok(running) => {
+                    started.webhook.metrics().cert.serving(running.certs());
                     let _ = serving.set(running.certs());
                     running.wait().await
                 }

@@ -325,6 +325,46 @@ async fn ranges_follow_service_cidrs_added_and_deleted_at_run_time() {
         ready_of(&env.client, name).await.is_none()
     })
     .await;
+
+    // The webhook's own metrics moved with what it answered: values assigned, hand-picked
+    // addresses refused (by cause), claims created; the certificate's expiry is there.
+    let reviews = |endpoint: &str, verdict: &str| {
+        run.metric(&format!(
+            "svcplane_webhook_reviews_total{{endpoint=\"{endpoint}\",operation=\"CREATE\",verdict=\"{verdict}\"}}"
+        ))
+        .unwrap_or(0.0)
+    };
+    assert!(
+        reviews("mutate", "patched") >= 1.0,
+        "the auto Service was patched"
+    );
+    assert!(
+        reviews("mutate", "denied") >= 2.0,
+        "out of range and taken addresses"
+    );
+    assert!(
+        reviews("validate", "allowed") >= 8.0,
+        "every admitted create"
+    );
+    assert!(
+        run.metric("svcplane_webhook_claims_created_total")
+            .unwrap_or(0.0)
+            >= 8.0,
+        "one claim per value handed out"
+    );
+    assert!(
+        run.metric("svcplane_webhook_review_duration_seconds_count{endpoint=\"mutate\"}")
+            .unwrap_or(0.0)
+            >= 10.0
+    );
+    let expiry = run
+        .metric("svcplane_webhook_certificate_not_after_seconds")
+        .expect("the served certificate's expiry");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(expiry > now, "{expiry} is not in the future");
     envtest::delete_namespace(&env.client, &ns).await;
 }
 

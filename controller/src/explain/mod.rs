@@ -205,7 +205,7 @@ fn read_world(
         .build()
         .map_err(ExplainError::Runtime)?;
     let world = runtime.block_on(async {
-        let client = crate::kube_client::connect(source.kubeconfig.as_deref())
+        let client = crate::kube_client::connect(source.kubeconfig.as_deref(), "explain")
             .await
             .map_err(|e| ExplainError::Connect(format!("{e:#}")))?;
         live::load(client, &scope).await

@@ -12,9 +12,43 @@ use kube::{Client, Config};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-/// A client from `--kubeconfig`, else the in-cluster or default configuration.
-pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
-    Client::try_from(load_config(kubeconfig).await?).context("building the API client")
+/// A client from `--kubeconfig`, else the in-cluster or default configuration; its
+/// requests name `user` in their User-Agent ([`user_agent`]).
+pub async fn connect(kubeconfig: Option<&Path>, user: &str) -> anyhow::Result<Client> {
+    let mut config = load_config(kubeconfig).await?;
+    identify(&mut config, user);
+    Client::try_from(config).context("building the API client")
+}
+
+/// The User-Agent of one client user, in kube-controller-manager's shape
+/// (`kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/<commit>/endpointslice-controller`):
+/// `svcplane/v0.1.0 (linux/amd64) svcplane/<commit>/endpointslice-controller`, so an
+/// audit log or the API server's request metrics tell the controllers apart.
+pub fn user_agent(user: &str) -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    format!(
+        "svcplane/v{} ({}/{arch}) svcplane/{}/{user}",
+        crate::build_info::VERSION,
+        std::env::consts::OS,
+        crate::build_info::COMMIT,
+    )
+}
+
+/// Send [`user_agent`]`(user)` with every request of clients built from `config`.
+fn identify(config: &mut Config, user: &str) {
+    // A version, OS, commit and user name are all header-safe ASCII; a value that
+    // somehow is not leaves kube's default in place rather than failing the client.
+    if let Ok(value) = axum::http::HeaderValue::from_str(&user_agent(user)) {
+        config
+            .headers
+            .retain(|(name, _)| name != axum::http::header::USER_AGENT);
+        config.headers.push((axum::http::header::USER_AGENT, value));
+    }
 }
 
 /// The API clients of one process, one per user. kube-controller-manager gives every
@@ -32,8 +66,9 @@ impl std::fmt::Debug for Clients {
 
 /// The users `svcplane run` asks [`Clients`] for.
 pub mod users {
-    /// Watches and lists of the controllers' caches.
-    pub const INFORMERS: &str = "informers";
+    /// Watches and lists of the controllers' caches (kube-controller-manager's name
+    /// for its informers' client).
+    pub const INFORMERS: &str = "shared-informers";
     /// The event recorder (events of every controller and the allocator repair).
     pub const EVENTS: &str = "events";
     pub const LEADER_ELECTION: &str = "leader-election";
@@ -87,7 +122,11 @@ pub async fn connect_limited(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         made.entry(user)
-            .or_insert_with(|| limited(config.clone()).unwrap_or_else(|_| fallback.clone()))
+            .or_insert_with(|| {
+                let mut config = config.clone();
+                identify(&mut config, user);
+                limited(config).unwrap_or_else(|_| fallback.clone())
+            })
             .clone()
     }))
 }
@@ -179,6 +218,74 @@ pub fn random_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_agents_name_version_platform_commit_and_user() {
+        let ua = user_agent("endpointslice-controller");
+        let version = crate::build_info::VERSION;
+        let commit = crate::build_info::COMMIT;
+        assert!(ua.starts_with(&format!("svcplane/v{version} (")), "{ua}");
+        assert!(
+            ua.ends_with(&format!(") svcplane/{commit}/endpointslice-controller")),
+            "{ua}"
+        );
+        assert!(
+            !ua.contains("x86_64") && !ua.contains("aarch64"),
+            "Go's arch names: {ua}"
+        );
+    }
+
+    /// The process' clients (the path `svcplane run` takes) send each user's agent.
+    #[tokio::test]
+    async fn every_client_user_sends_its_own_user_agent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("svcplane-ua-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+                 users:\n- name: u\n  user: {{}}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+                 current-context: x\n"
+            ),
+        )
+        .unwrap();
+        let clients = connect_limited(Some(&kubeconfig), 0.0, 1).await.unwrap();
+        let server = tokio::spawn(async move {
+            let mut agents = Vec::new();
+            for _ in 0..2 {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 8192];
+                let n = sock.read(&mut buf).await.unwrap();
+                let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                agents.push(
+                    head.lines()
+                        .find_map(|l| l.strip_prefix("user-agent: ").map(str::to_owned))
+                        .unwrap_or_default(),
+                );
+                let _ = sock
+                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+            agents
+        });
+        for user in ["endpointslice-controller", users::INFORMERS] {
+            let _ = clients.get(user).apiserver_version().await;
+        }
+        let agents = server.await.unwrap();
+        assert!(
+            agents[0].ends_with("/endpointslice-controller"),
+            "{agents:?}"
+        );
+        assert!(agents[1].ends_with("/shared-informers"), "{agents:?}");
+        assert!(
+            agents.iter().all(|a| a.starts_with("svcplane/v")),
+            "{agents:?}"
+        );
+    }
 
     #[test]
     fn error_chain_says_each_cause_once() {

@@ -49,6 +49,16 @@ pub enum Operation {
     Update,
 }
 
+impl Operation {
+    /// As the AdmissionReview spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+        }
+    }
+}
+
 /// A Service CREATE or UPDATE under review.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceRequest {

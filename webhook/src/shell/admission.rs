@@ -67,6 +67,11 @@ impl<C: ClaimStore> Webhook<C> {
         &self.state
     }
 
+    /// Its metrics (the server reports its certificate through them).
+    pub fn metrics(&self) -> &WebhookMetrics {
+        &self.metrics
+    }
+
     /// Why the webhook cannot answer yet (`None`: it can), for `/readyz`.
     pub fn not_ready_reason(&self) -> Option<String> {
         self.readiness.not_ready_reason()
@@ -169,6 +174,7 @@ impl<C: ClaimStore> Webhook<C> {
             for (v, r) in values.iter().zip(results) {
                 match r {
                     Ok(Claimed::Won(created)) => {
+                        self.metrics.claims_created.inc();
                         record(&mut st, &created);
                         won_now.push(*created);
                     }
@@ -188,6 +194,7 @@ impl<C: ClaimStore> Webhook<C> {
                             dead.push((*existing.clone(), true));
                         } else {
                             warn!(value = ?v, holder_namespace = %owner.namespace, holder_name = %owner.name, "lost a claim race; retrying");
+                            self.metrics.claim_races_lost.inc();
                             all_won = false;
                         }
                         // Either our own claim from an earlier attempt or Service (still
@@ -214,7 +221,10 @@ impl<C: ClaimStore> Webhook<C> {
                         won_now.push(*created);
                     }
                     Ok(Replaced::Ours) => {}
-                    Ok(Replaced::Lost) => all_won = false,
+                    Ok(Replaced::Lost) => {
+                        self.metrics.claim_races_lost.inc();
+                        all_won = false;
+                    }
                     Err(e) => {
                         failure = Some(e);
                         break;
@@ -255,6 +265,7 @@ impl<C: ClaimStore> Webhook<C> {
             .await
         {
             Ok(Claimed::Won(created)) => {
+                self.metrics.claims_created.inc();
                 info!(claim = %name, "took over the claim of a Service that let the value go");
                 record(&mut lock(&self.state), &created);
                 Ok(Replaced::Won(created))
@@ -324,30 +335,49 @@ fn answer(body: Vec<u8>) -> Answer {
 
 impl<C: ClaimStore> AdmissionHandler for Webhook<C> {
     async fn handle(&self, endpoint: Endpoint, body: Bytes) -> Answer {
-        let req = match review::decode(&body) {
-            Ok(Decoded::Service(req)) => req,
-            Ok(Decoded::Passthrough { uid, reason }) => {
-                info!(%uid, endpoint = endpoint.label(), %reason, "not a Service review; allowed unchanged");
-                return answer(review::review_response(
-                    &uid,
-                    &review::Verdict::Allow {
-                        patch: json_patch::Patch(Vec::new()),
-                        warnings: Vec::new(),
-                    },
-                ));
-            }
-            Err(bad) => {
-                warn!(endpoint = endpoint.label(), status = bad.status, error = %bad.message, "bad AdmissionReview");
-                return Answer::error(bad.status, &bad.message);
-            }
-        };
-        match endpoint {
-            Endpoint::Mutate => self.mutate(&req).await,
-            Endpoint::Validate => self.validate(&req),
-        }
+        let started = std::time::Instant::now();
+        let (operation, answer) = self.answer(endpoint, &body).await;
+        self.metrics.reviewed(
+            endpoint,
+            operation,
+            &answer,
+            started.elapsed().as_secs_f64(),
+        );
+        answer
     }
 
     fn is_ready(&self) -> bool {
         self.readiness.all()
+    }
+}
+
+impl<C: ClaimStore> Webhook<C> {
+    /// The answer to one review, and its operation when it was a Service review.
+    async fn answer(&self, endpoint: Endpoint, body: &Bytes) -> (Option<&'static str>, Answer) {
+        let req = match review::decode(body) {
+            Ok(Decoded::Service(req)) => req,
+            Ok(Decoded::Passthrough { uid, reason }) => {
+                info!(%uid, endpoint = endpoint.label(), %reason, "not a Service review; allowed unchanged");
+                return (
+                    None,
+                    answer(review::review_response(
+                        &uid,
+                        &review::Verdict::Allow {
+                            patch: json_patch::Patch(Vec::new()),
+                            warnings: Vec::new(),
+                        },
+                    )),
+                );
+            }
+            Err(bad) => {
+                warn!(endpoint = endpoint.label(), status = bad.status, error = %bad.message, "bad AdmissionReview");
+                return (None, Answer::error(bad.status, &bad.message));
+            }
+        };
+        let answer = match endpoint {
+            Endpoint::Mutate => self.mutate(&req).await,
+            Endpoint::Validate => self.validate(&req),
+        };
+        (Some(req.operation.as_str()), answer)
     }
 }

@@ -15,7 +15,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
@@ -38,11 +38,24 @@ pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(30);
 
 /// What the reloader has done so far: for `/readyz`, metrics and tests. Cheap to read
 /// from any thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CertStatus {
     loaded: AtomicBool,
     reloads: AtomicU64,
     failed_reloads: AtomicU64,
+    /// `notAfter` of the served leaf certificate (Unix seconds), `i64::MIN` if unknown.
+    not_after: AtomicI64,
+}
+
+impl Default for CertStatus {
+    fn default() -> Self {
+        Self {
+            loaded: AtomicBool::new(false),
+            reloads: AtomicU64::new(0),
+            failed_reloads: AtomicU64::new(0),
+            not_after: AtomicI64::new(i64::MIN),
+        }
+    }
 }
 
 impl CertStatus {
@@ -62,6 +75,25 @@ impl CertStatus {
     pub fn failed_reloads(&self) -> u64 {
         self.failed_reloads.load(Ordering::Relaxed)
     }
+
+    /// When the served certificate expires (Unix seconds), if its PEM could be read.
+    pub fn not_after(&self) -> Option<i64> {
+        Some(self.not_after.load(Ordering::Relaxed)).filter(|t| *t != i64::MIN)
+    }
+
+    /// Note the expiry of the pair now served.
+    fn serving(&self, cert_pem: &[u8]) {
+        if let Some(t) = leaf_not_after(cert_pem) {
+            self.not_after.store(t, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `notAfter` of the first certificate in a PEM chain (Unix seconds).
+fn leaf_not_after(cert_pem: &[u8]) -> Option<i64> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    Some(cert.validity().not_after.timestamp())
 }
 
 /// What one poll of the files did.
@@ -118,6 +150,7 @@ impl CertReloader {
         let config = server_config(&cert, &key, &cert_file, &key_file)?;
         let status = Arc::new(CertStatus::default());
         status.loaded.store(true, Ordering::Relaxed);
+        status.serving(&cert);
         info!(cert_file = %cert_file.display(), key_file = %key_file.display(), "loaded the serving certificate");
         Ok(Self {
             cert_file,
@@ -141,6 +174,7 @@ impl CertReloader {
         let config = server_config(cert, key, &cert_file, &key_file)?;
         let status = Arc::new(CertStatus::default());
         status.loaded.store(true, Ordering::Relaxed);
+        status.serving(cert);
         info!(source, "loaded the serving certificate");
         Ok(Self {
             cert_file,
@@ -170,6 +204,7 @@ impl CertReloader {
                 seen.served = hash;
                 seen.rejected = None;
                 self.status.reloads.fetch_add(1, Ordering::Relaxed);
+                self.status.serving(cert);
                 info!(source = %self.cert_file.display(), "serving a new certificate");
                 Reload::Reloaded
             }
@@ -219,6 +254,7 @@ impl CertReloader {
                 seen.served = hash;
                 seen.rejected = None;
                 self.status.reloads.fetch_add(1, Ordering::Relaxed);
+                self.status.serving(&cert);
                 info!(cert_file = %self.cert_file.display(), key_file = %self.key_file.display(), "reloaded the serving certificate");
                 Reload::Reloaded
             }
