@@ -94,6 +94,11 @@ fn default_buckets() -> Histogram {
     ])
 }
 
+/// client-go's workqueue buckets: 10 ns to 1000 s, ×10 each.
+fn workqueue_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 12))
+}
+
 fn duration_buckets() -> Histogram {
     // 1 ms to ~16 s.
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
@@ -134,10 +139,17 @@ pub struct QueueMetrics {
     pub adds: Family<QueueLabels, Counter>,
     pub retries: Family<QueueLabels, Counter>,
     pub work_duration: HistogramFamily<QueueLabels>,
+    pub queue_duration: HistogramFamily<QueueLabels>,
+    pub unfinished_work: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub longest_running: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
+
+/// Run before every scrape, to bring values computed from live state up to date.
+type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 
 struct Inner {
     registry: Registry,
+    before_scrape: std::sync::Mutex<Vec<ScrapeHook>>,
     endpoint_slice: EndpointSliceMetrics,
     mirroring: MirroringMetrics,
     queue: QueueMetrics,
@@ -297,7 +309,10 @@ impl Metrics {
             depth: Family::default(),
             adds: Family::default(),
             retries: Family::default(),
-            work_duration: Family::new_with_constructor(duration_buckets),
+            work_duration: Family::new_with_constructor(workqueue_buckets),
+            queue_duration: Family::new_with_constructor(workqueue_buckets),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
         };
         r.register(
             "workqueue_depth",
@@ -318,6 +333,21 @@ impl Metrics {
             "workqueue_work_duration_seconds",
             "How long processing one item takes",
             q.work_duration.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long an item stays in the queue before it is handed to a worker",
+            q.queue_duration.clone(),
+        );
+        r.register(
+            "workqueue_unfinished_work_seconds",
+            "Seconds of work in progress not yet observed by work_duration (large values mean stuck workers)",
+            q.unfinished_work.clone(),
+        );
+        r.register(
+            "workqueue_longest_running_processor_seconds",
+            "How long the longest-running worker has been processing its item",
+            q.longest_running.clone(),
         );
 
         let leader: Family<LeaseLabels, Gauge> = Family::default();
@@ -378,6 +408,7 @@ impl Metrics {
 
         Metrics(Arc::new(Inner {
             registry: r,
+            before_scrape: std::sync::Mutex::default(),
             endpoint_slice: es,
             mirroring: m,
             queue: q,
@@ -466,8 +497,27 @@ impl Metrics {
         self.0.events_dropped.inc();
     }
 
+    /// Run `hook` before every scrape (gauges computed from live state, such as how
+    /// long workers have been busy).
+    pub(crate) fn before_scrape(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.0
+            .before_scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Box::new(hook));
+    }
+
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
+        for hook in self
+            .0
+            .before_scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            hook();
+        }
         let mut out = String::new();
         // Writing into a String cannot fail; an error would only come from a
         // metric's own Display, none of which fail.
@@ -479,6 +529,56 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_client_go_workqueue_metric_with_client_gos_buckets() {
+        let m = Metrics::new();
+        let g = crate::shell::controllers::queue_gauges(&m, "endpoint_slice");
+        g.queue_duration.observe(0.5);
+        let labels = QueueLabels {
+            name: "endpoint_slice",
+        };
+        m.queue().retries.get_or_create(&labels).inc();
+        m.queue().work_duration.get_or_create(&labels).observe(0.1);
+        let text = m.encode();
+        for name in [
+            "workqueue_depth",
+            "workqueue_adds_total",
+            "workqueue_retries_total",
+            "workqueue_work_duration_seconds",
+            "workqueue_queue_duration_seconds",
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {}", name.trim_end_matches("_total"))),
+                "{name}: {text}"
+            );
+        }
+        // 1e-8 ... 1e3, as client-go's ExponentialBuckets(10e-9, 10, 12).
+        assert!(text.contains(r#"workqueue_queue_duration_seconds_bucket{le="1e-8",name="endpoint_slice"} 0"#)
+            || text.contains(r#"workqueue_queue_duration_seconds_bucket{le="0.00000001",name="endpoint_slice"} 0"#),
+            "{text}");
+        assert!(
+            text.contains(
+                r#"workqueue_queue_duration_seconds_bucket{le="1000.0",name="endpoint_slice"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_scrape_brings_the_in_progress_gauges_up_to_date() {
+        let m = Metrics::new();
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let h = hits.clone();
+        m.before_scrape(move || {
+            h.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let _ = m.encode();
+        let _ = m.encode();
+        assert_eq!(hits.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
 
     #[test]
     fn upstream_names_are_exposed() {

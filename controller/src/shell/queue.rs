@@ -92,6 +92,10 @@ pub(crate) struct QueueCore<K> {
     /// Keys newly queued so far (merged adds not counted, delayed ones when they
     /// fire): client-go's `workqueue_adds_total`.
     adds: u64,
+    /// When each dirty key was queued, where known (`workqueue_queue_duration_seconds`).
+    added_at: HashMap<K, Instant>,
+    /// When each key being processed was handed out (the in-progress gauges).
+    started_at: HashMap<K, Instant>,
 }
 
 impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
@@ -107,14 +111,25 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             limit,
             bucket: TokenBucket::new(limit.qps, limit.burst),
             adds: 0,
+            added_at: HashMap::new(),
+            started_at: HashMap::new(),
         }
     }
 
     /// Queues `key` now. Returns whether it was newly queued (false when it merged
     /// into a pending entry).
     pub(crate) fn add(&mut self, key: K) -> bool {
+        self.add_at(key, None)
+    }
+
+    /// [`QueueCore::add`], noting `at` as the time it was queued (for the
+    /// time-in-queue metric) when it is newly queued.
+    pub(crate) fn add_at(&mut self, key: K, at: Option<Instant>) -> bool {
         if self.dirty.contains(&key) {
             return false;
+        }
+        if let Some(at) = at {
+            self.added_at.insert(key.clone(), at);
         }
         self.dirty.insert(key.clone());
         self.adds += 1;
@@ -183,22 +198,47 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             };
             if self.waiting.get(&key) == Some(&(at, seq)) {
                 self.waiting.remove(&key);
-                self.add(key);
+                // Queued when it fell due, as client-go's delaying queue adds it then.
+                self.add_at(key, Some(at));
             }
         }
     }
 
     /// Hands out the next key due at `now`, marking it as processing.
+    #[cfg(test)]
     pub(crate) fn pop(&mut self, now: Instant) -> Option<K> {
+        self.pop_timed(now).map(|(key, _)| key)
+    }
+
+    /// [`QueueCore::pop`], with how long the key waited in the queue when known.
+    pub(crate) fn pop_timed(&mut self, now: Instant) -> Option<(K, Option<Duration>)> {
         self.promote(now);
         let key = self.queue.pop_front()?;
         self.dirty.remove(&key);
         self.processing.insert(key.clone());
-        Some(key)
+        self.started_at.insert(key.clone(), now);
+        let waited = self
+            .added_at
+            .remove(&key)
+            .map(|at| now.saturating_duration_since(at));
+        Some((key, waited))
+    }
+
+    /// Work in progress at `now`: the seconds all workers have spent on their current
+    /// keys together, and the longest any one has (client-go's unfinished-work and
+    /// longest-running-processor gauges).
+    pub(crate) fn in_progress(&self, now: Instant) -> (f64, f64) {
+        self.started_at
+            .values()
+            .map(|t| now.saturating_duration_since(*t).as_secs_f64())
+            .fold((0.0, 0.0), |(sum, longest), age| {
+                (sum + age, f64::max(longest, age))
+            })
     }
 
     /// Marks `key` finished; a key added meanwhile is queued again.
     pub(crate) fn done(&mut self, key: &K) {
+        self.started_at.remove(key);
         self.processing.remove(key);
         if self.dirty.contains(key) {
             self.queue.push_back(key.clone());
@@ -228,11 +268,15 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     }
 }
 
-/// Where a queue reports `workqueue_depth` and `workqueue_adds_total`.
+/// Where a queue reports client-go's workqueue metrics (`workqueue_work_duration_seconds`
+/// and `workqueue_retries_total` are the workers' to report).
 #[derive(Debug, Clone)]
 pub(crate) struct QueueGauges {
     pub depth: prometheus_client::metrics::gauge::Gauge,
     pub adds: prometheus_client::metrics::counter::Counter,
+    pub queue_duration: prometheus_client::metrics::histogram::Histogram,
+    pub unfinished: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub longest: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 /// A [`QueueCore`] shared by async producers and workers.
@@ -273,7 +317,17 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 .reported_adds
                 .swap(total, std::sync::atomic::Ordering::Relaxed);
             g.adds.inc_by(total.saturating_sub(before));
+            let (unfinished, longest) = core.in_progress(Instant::now());
+            g.unfinished.set(unfinished);
+            g.longest.set(longest);
         }
+    }
+
+    /// Brings the metrics up to date (before a scrape: workers may have been busy on
+    /// one key for a long time without any add or done).
+    pub(crate) fn refresh_metrics(&self) {
+        let core = self.lock();
+        self.report(&core);
     }
 
     /// The queue state. Never held across an await: every operation is a few map
@@ -286,7 +340,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub(crate) fn add(&self, key: K) {
         let added = {
             let mut core = self.lock();
-            let added = core.add(key);
+            let added = core.add_at(key, Some(Instant::now()));
             self.report(&core);
             added
         };
@@ -344,8 +398,14 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             notified.as_mut().enable();
             let (key, due, more) = {
                 let mut core = self.lock();
-                let key = core.pop(Instant::now());
+                let popped = core.pop_timed(Instant::now());
                 self.report(&core);
+                let key = popped.map(|(key, waited)| {
+                    if let (Some(g), Some(waited)) = (&self.gauges, waited) {
+                        g.queue_duration.observe(waited.as_secs_f64());
+                    }
+                    key
+                });
                 (key, core.next_due(), core.ready_len() > 0)
             };
             if let Some(key) = key {
@@ -373,6 +433,39 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_in_queue_counts_from_the_add_or_from_when_a_delayed_key_fell_due() {
+        let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
+        let t0 = Instant::now();
+        q.add_at("a", Some(t0));
+        // A merged add keeps the first time.
+        q.add_at("a", Some(t0 + Duration::from_secs(1)));
+        assert_eq!(
+            q.pop_timed(t0 + Duration::from_secs(3)),
+            Some(("a", Some(Duration::from_secs(3))))
+        );
+        q.add_after("b", Duration::from_secs(5), t0);
+        assert_eq!(
+            q.pop_timed(t0 + Duration::from_secs(7)),
+            Some(("b", Some(Duration::from_secs(2))))
+        );
+    }
+
+    #[test]
+    fn work_in_progress_sums_and_maxes_the_busy_workers_then_clears() {
+        let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
+        let t0 = Instant::now();
+        q.add("a");
+        q.add("b");
+        q.pop(t0);
+        q.pop(t0 + Duration::from_secs(2));
+        assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (8.0, 5.0));
+        q.done(&"a");
+        assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (3.0, 3.0));
+        q.done(&"b");
+        assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (0.0, 0.0));
+    }
 
     const NO_BUCKET: RateLimit = RateLimit {
         base: Duration::from_secs(1),

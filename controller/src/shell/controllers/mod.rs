@@ -170,10 +170,19 @@ impl Build<'_> {
     pub(crate) fn parts(&self, limit: RateLimit, queue: &'static str) -> Parts {
         Parts {
             cache: self.cache.clone(),
-            queue: Arc::new(
-                WorkQueue::new(limit, self.stop.clone())
-                    .with_gauges(queue_gauges(self.metrics, queue)),
-            ),
+            queue: {
+                let q = Arc::new(
+                    WorkQueue::new(limit, self.stop.clone())
+                        .with_gauges(queue_gauges(self.metrics, queue)),
+                );
+                let weak = Arc::downgrade(&q);
+                self.metrics.before_scrape(move || {
+                    if let Some(q) = weak.upgrade() {
+                        q.refresh_metrics();
+                    }
+                });
+                q
+            },
             writer: Writer::new(self.client.clone(), self.metrics.clone()),
             events: self.events.clone(),
             metrics: self.metrics.clone(),
@@ -213,9 +222,13 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The metrics a controller's queue reports into.
 pub(crate) fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queue::QueueGauges {
     let labels = QueueLabels { name };
+    let q = metrics.queue();
     super::queue::QueueGauges {
-        depth: metrics.queue().depth.get_or_create(&labels).clone(),
-        adds: metrics.queue().adds.get_or_create(&labels).clone(),
+        depth: q.depth.get_or_create(&labels).clone(),
+        adds: q.adds.get_or_create(&labels).clone(),
+        queue_duration: q.queue_duration.get_or_create(&labels).clone(),
+        unfinished: q.unfinished_work.get_or_create(&labels).clone(),
+        longest: q.longest_running.get_or_create(&labels).clone(),
     }
 }
 
