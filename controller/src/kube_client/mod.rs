@@ -2,6 +2,7 @@
 //! its client-side rate limit, [`ratelimit`]), signal handling and the allocator's
 //! random seed.
 
+pub mod client_metrics;
 pub mod ratelimit;
 
 use std::path::Path;
@@ -108,10 +109,17 @@ pub async fn connect_limited(
     burst: u32,
 ) -> anyhow::Result<Clients> {
     let config = load_config(kubeconfig).await?;
+    let host = config
+        .cluster_url
+        .authority()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     let limited = move |config: Config| -> anyhow::Result<Client> {
+        // Limiter outermost: its wait is not part of the request's own latency.
         Ok(kube::client::ClientBuilder::try_from(config)
             .context("building the API client")?
-            .with_layer(&ratelimit::RateLimitLayer::new(qps, burst))
+            .with_layer(&client_metrics::MeteredLayer::new(host.clone()))
+            .with_layer(&ratelimit::RateLimitLayer::new(qps, burst).for_host(host.clone()))
             .build())
     };
     // Building from this configuration works once, so it works for every user.
@@ -285,6 +293,16 @@ mod tests {
             agents.iter().all(|a| a.starts_with("svcplane/v")),
             "{agents:?}"
         );
+        // The same clients count their requests (client-go's REST client metrics).
+        let served = client_metrics::global()
+            .requests
+            .get_or_create(&client_metrics::RequestLabels {
+                code: "500".into(),
+                host: format!("127.0.0.1:{port}"),
+                method: "GET".into(),
+            })
+            .get();
+        assert_eq!(served, 2);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! behind a buffer whose worker polls readiness before each request, so waiting for a
 //! token in `poll_ready` holds back exactly the requests over the rate, in order. A
 //! watch costs one token when it starts, as upstream. The bucket runs on the tokio
-//! clock, so paused-clock tests and the simulator see the same limits.
+//! clock, so paused-clock tests and the simulator see the same limits. Each request's
+//! wait for its token is reported as `rest_client_rate_limiter_duration_seconds`
+//! ([`super::client_metrics`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,10 +20,12 @@ use tower::{Layer, Service};
 use crate::token_bucket::TokenBucket;
 
 /// Limits requests to `qps` per second on average with bursts of `burst`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RateLimitLayer {
     qps: f64,
     burst: u32,
+    /// The API server's `host:port`, for the limiter-wait metric.
+    host: String,
 }
 
 impl RateLimitLayer {
@@ -30,7 +34,15 @@ impl RateLimitLayer {
         Self {
             qps,
             burst: burst.max(1),
+            host: String::new(),
         }
+    }
+
+    /// Report waits under this API server `host`.
+    #[must_use]
+    pub fn for_host(mut self, host: impl Into<String>) -> Self {
+        self.host = host.into();
+        self
     }
 }
 
@@ -38,7 +50,20 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimited<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimited::new(inner, self.qps, self.burst)
+        let mut limited = RateLimited::new(inner, self.qps, self.burst);
+        limited.host.clone_from(&self.host);
+        limited
+    }
+}
+
+/// The HTTP method of a request, for the limiter-wait metric (`None`: not reported).
+pub trait RequestVerb {
+    fn verb(&self) -> Option<&str>;
+}
+
+impl<B> RequestVerb for axum::http::Request<B> {
+    fn verb(&self) -> Option<&str> {
+        Some(self.method().as_str())
     }
 }
 
@@ -50,6 +75,11 @@ pub struct RateLimited<S> {
     /// A token taken in `poll_ready` for the next `call`.
     holding: bool,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// When the wait for the held token began (`None`: it was there at once).
+    waiting_since: Option<Instant>,
+    /// How long the held token took.
+    waited: std::time::Duration,
+    host: String,
 }
 
 impl<S> RateLimited<S> {
@@ -59,6 +89,9 @@ impl<S> RateLimited<S> {
             bucket: TokenBucket::new(qps, burst),
             holding: false,
             sleep: None,
+            waiting_since: None,
+            waited: std::time::Duration::ZERO,
+            host: String::new(),
         }
     }
 }
@@ -66,6 +99,7 @@ impl<S> RateLimited<S> {
 impl<S, R> Service<R> for RateLimited<S>
 where
     S: Service<R>,
+    R: RequestVerb,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -80,9 +114,19 @@ where
                     }
                     self.sleep = None;
                 }
-                match self.bucket.take(Instant::now()) {
-                    Ok(()) => self.holding = true,
-                    Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
+                let now = Instant::now();
+                match self.bucket.take(now) {
+                    Ok(()) => {
+                        self.holding = true;
+                        self.waited = self
+                            .waiting_since
+                            .take()
+                            .map_or(std::time::Duration::ZERO, |t| now - t);
+                    }
+                    Err(wait) => {
+                        self.waiting_since.get_or_insert(now);
+                        self.sleep = Some(Box::pin(tokio::time::sleep(wait)));
+                    }
                 }
             }
         }
@@ -90,7 +134,13 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
+        if self.bucket.is_limited()
+            && let Some(verb) = request.verb()
+        {
+            super::client_metrics::rate_limited(&self.host, verb, self.waited);
+        }
         self.holding = false;
+        self.waited = std::time::Duration::ZERO;
         self.inner.call(request)
     }
 }
@@ -103,6 +153,12 @@ mod tests {
 
     #[derive(Clone)]
     struct Echo;
+
+    impl RequestVerb for u32 {
+        fn verb(&self) -> Option<&str> {
+            None
+        }
+    }
 
     impl Service<u32> for Echo {
         type Response = u32;

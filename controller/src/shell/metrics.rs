@@ -365,6 +365,7 @@ impl Metrics {
         let events_dropped = Counter::default();
         let webhook = WebhookMetrics::default();
         webhook.register_capacity(&mut r);
+        crate::kube_client::client_metrics::register(&mut r);
         let s = r.sub_registry_with_prefix("svcplane");
         webhook.register(s);
         s.register(
