@@ -6,7 +6,9 @@
 # There is no helm binary, Docker engine or kubeconform here: the chart is
 # linted, schema-checked and rendered with the pinned Helm v4 SDK from PyPI
 # (helm-python-sdk), and every rendered manifest is validated with
-# kubernetes-validate --strict against Kubernetes 1.33 and 1.36.
+# kubernetes-validate --strict against Kubernetes 1.33 and 1.36. PromQL in the
+# Grafana dashboard and the PrometheusRule is parsed with promql-parser (the
+# Rust promql-parser crate's Python binding), offline.
 #
 # Steps: venv (outside the repo, reused while it holds the pinned versions) ->
 # yamllint Chart.yaml/values.yaml -> for the default values and every
@@ -30,6 +32,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 HELM_SDK=helm-python-sdk==0.2.2
 KVALIDATE=kubernetes-validate==1.37.0
 YAMLLINT=yamllint==1.38.0
+PROMQL=promql-parser==0.11.0
 PYTEST='pytest>=8,<10'
 KUBE_VERSIONS=(1.33 1.36)
 
@@ -53,7 +56,7 @@ case "$(cd "$(dirname "$VENV")" 2>/dev/null && pwd -P)/" in
 esac
 have_pins() {
   [[ -x $VENV/bin/python ]] || return 1
-  "$VENV/bin/python" - "$HELM_SDK" "$KVALIDATE" "$YAMLLINT" <<'PY' 2>/dev/null
+  "$VENV/bin/python" - "$HELM_SDK" "$KVALIDATE" "$YAMLLINT" "$PROMQL" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
 for pin in sys.argv[1:]:
@@ -61,16 +64,17 @@ for pin in sys.argv[1:]:
     if version(name) != want:
         sys.exit(1)
 import pytest  # noqa: F401
+import promql_parser  # noqa: F401
 PY
 }
 if have_pins; then
   echo "reusing: the pinned versions are installed"
 else
-  echo "creating and installing $HELM_SDK $KVALIDATE $YAMLLINT $PYTEST"
+  echo "creating and installing $HELM_SDK $KVALIDATE $YAMLLINT $PROMQL $PYTEST"
   venv_start=$SECONDS
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV" || unavailable "could not create a venv with $PYTHON (is its venv module installed?)"
-  "$VENV/bin/pip" install -q "$HELM_SDK" "$KVALIDATE" "$YAMLLINT" "$PYTEST" \
+  "$VENV/bin/pip" install -q "$HELM_SDK" "$KVALIDATE" "$YAMLLINT" "$PROMQL" "$PYTEST" \
     || unavailable "pip install of the pinned chart tools failed (is PyPI reachable?)"
   have_pins || fail "the venv does not hold the pinned versions after install"
   echo "installed in $((SECONDS - venv_start))s ($(du -sh "$VENV" | cut -f1))"
@@ -101,7 +105,8 @@ for v in "${variants[@]}"; do
   "$VENV/bin/python" tests/chart/render.py "$CHART" "$out" "${args[@]}" || fail "render of $v"
   for k in "${KUBE_VERSIONS[@]}"; do
     echo "kubernetes-validate --strict -k $k $out"
-    # --quiet prints only failures and warnings (unknown kinds: cert-manager, ServiceMonitor)
+    # --quiet prints only failures and warnings (unknown kinds: cert-manager,
+    # ServiceMonitor, PrometheusRule; pytest checks those by hand)
     "$VENV/bin/kubernetes-validate" --strict --quiet -k "$k" "$out" || fail "kubernetes-validate -k $k on $out"
   done
 done

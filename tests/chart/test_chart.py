@@ -36,7 +36,7 @@ KUBE_VERSIONS = ["1.33", "1.36"]
 # Kinds without a schema in kubernetes-validate (CRDs of other projects);
 # kubernetes-validate only warns about them, so they are checked by hand below.
 FOREIGN_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
-                 ("monitoring.coreos.com/v1", "ServiceMonitor")}
+                 ("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 KCM_FLAG = "--controllers=*,-endpointslice,-endpoint,-endpointslicemirroring"
 
 
@@ -1164,7 +1164,8 @@ def test_readme_documents_every_value():
     readme = (CHART / "README.md").read_text()
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     # documented as whole objects
-    opaque = {"resources", "nodeSelector", "podSecurityContext", "containerSecurityContext", "updateStrategy"}
+    opaque = {"resources", "nodeSelector", "podSecurityContext", "containerSecurityContext", "updateStrategy",
+              "metrics.dashboard.labels"}
 
     def leaves(d, prefix=""):
         for k, v in d.items():
