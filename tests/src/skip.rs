@@ -157,6 +157,25 @@ fn write_record(dir: &Path, test: &str, why: &Skip) {
     }
 }
 
+/// Whether `python3` runs; if not, skips `test` (the chart is rendered with Helm's SDK
+/// from a Python venv) and returns false.
+pub fn python3_or_skip(test: &str) -> bool {
+    let has_python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_python {
+        skip(
+            test,
+            &Skip::missing(
+                "python3 is not on PATH (the chart is rendered with Helm's SDK and checked with pytest, from a venv)",
+                "install python3 (3.10 or newer) with its venv module, e.g. `apt-get install python3 python3-venv`, then run `scripts/test` again",
+            ),
+        );
+    }
+    has_python
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -287,3 +287,33 @@ impl LocalWebhook {
         let _ = std::fs::remove_dir_all(self.dir);
     }
 }
+
+/// The objects of a multi-document YAML text (a rendered chart); empty documents and
+/// comments-only ones are left out.
+pub fn yaml_documents(text: &str) -> Vec<serde_json::Value> {
+    text.split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+        .filter(serde_json::Value::is_object)
+        .collect()
+}
+
+/// Objects as one multi-document text `kubectl apply -f -` reads (JSON is YAML).
+pub fn as_yaml(docs: &[serde_json::Value]) -> String {
+    docs.iter()
+        .map(|d| serde_json::to_string(d).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// [`kubectl`] that must succeed: its stdout, or a panic with both outputs.
+pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: &str) -> String {
+    let out = kubectl(kubeconfig, args, stdin)
+        .unwrap_or_else(|e| panic!("kubectl {args:?} could not run: {e:#}"));
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -37,7 +37,7 @@ use svcplane_allocator::Claim;
 use svcplane_tests::binary::svcplane_bin_or_skip;
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::skip::{Skip, skip};
-use svcplane_tests::webhook_env::{LocalWebhook, kubectl};
+use svcplane_tests::webhook_env::{LocalWebhook, as_yaml, kubectl_ok, yaml_documents};
 use svcplane_webhook::claim::{AllocationClaim, claim_name};
 
 /// svcplane's range is half of the API server's (10.96.0.0/16), so the API server
@@ -55,32 +55,13 @@ const CHART_TOOLS_UNAVAILABLE: i32 = 77;
 /// The YAML documents of a rendered file, minus kinds whose CRDs envtest lacks.
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.split("\n---")
-        .filter_map(|d| serde_saphyr::from_str::<Value>(d).ok())
-        .filter(|v| v.is_object())
+    yaml_documents(&text)
+        .into_iter()
         .filter(|v| {
             let api = v["apiVersion"].as_str().unwrap_or_default();
             !api.starts_with("cert-manager.io/") && !api.starts_with("monitoring.coreos.com/")
         })
         .collect()
-}
-
-fn as_yaml(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_json::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-}
-
-fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: &str) -> String {
-    let out = kubectl(kubeconfig, args, stdin).unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn service(name: &str, cluster_ip: Option<&str>, opt_out: bool) -> Service {
@@ -100,18 +81,7 @@ fn service(name: &str, cluster_ip: Option<&str>, opt_out: bool) -> Service {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
     // 1. Offline checks.
-    let has_python = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_python {
-        skip(
-            "chart",
-            &Skip::missing(
-                "python3 is not on PATH (the chart checks run Helm's SDK and pytest from a venv)",
-                "install python3 (3.10 or newer) with its venv module, e.g. `apt-get install python3 python3-venv`, then run `scripts/test` again",
-            ),
-        );
+    if !svcplane_tests::skip::python3_or_skip("chart") {
         return;
     }
     let bin = std::env::current_exe()
