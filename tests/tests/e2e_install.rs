@@ -284,6 +284,8 @@ async fn svcplane_check_passes_only_when_svcplane_itself_answered() {
         format!("--webhook-bind-address=127.0.0.1:{port}"),
         format!("--metrics-bind-address={admin}"),
         "--service-cluster-ip-range=10.96.230.0/26".into(),
+        // A range of its own, not the cluster's ServiceCIDRs.
+        "--service-ranges-from=flags".into(),
     ];
     let mut webhook = SvcplaneProcess::spawn(&env.bin, "check-replica-0", &args, Some(admin));
     webhook.wait_ready(Duration::from_secs(60)).await;
@@ -382,6 +384,8 @@ fn self_managed_args(env: &Env, ns: &str, port: u16, admin: SocketAddr) -> Vec<S
         format!("--webhook-bind-address=127.0.0.1:{port}"),
         format!("--metrics-bind-address={admin}"),
         "--service-cluster-ip-range=10.96.231.0/26".into(),
+        // A range of its own, not the cluster's ServiceCIDRs.
+        "--service-ranges-from=flags".into(),
     ]
 }
 
