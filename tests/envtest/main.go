@@ -47,9 +47,9 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/component-base/cli"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
-	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 )
 
 func main() {
@@ -235,18 +235,29 @@ users:
 	}
 
 	if o.withKCM {
+		// Its /metrics on a port of its own, readable without credentials, for the
+		// tests that compare metric names with svcplane's; the URL is written beside
+		// the kubeconfig.
+		kcmPort := freePort()
 		kcmArgs := []string{
 			"kube-controller-manager",
 			"--kubeconfig=" + kubeconfig,
 			"--controllers=" + o.controllers,
 			"--leader-elect=false",
-			"--secure-port=0",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(kcmPort),
+			"--cert-dir=" + filepath.Join(dir, "kcm-certs"),
+			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
 			"--use-service-account-credentials=false",
 			"--concurrent-service-endpoint-syncs=5",
 			"--v=" + strconv.Itoa(o.verbosity),
 		}
 		kcm, err := startChild(self, kcmArgs, filepath.Join(dir, "kube-controller-manager.log"))
 		if err != nil {
+			return err
+		}
+		metricsURL := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(kcmPort)) + "/metrics"
+		if err := os.WriteFile(filepath.Join(filepath.Dir(kubeconfig), "kcm-metrics-url"), []byte(metricsURL), 0o600); err != nil {
 			return err
 		}
 		defer kcm.stop()

@@ -233,6 +233,13 @@ impl SharedRun {
         }
     }
 
+    /// The whole `/metrics` text (empty when it cannot be read).
+    pub fn metrics_text(&self) -> String {
+        http_get(self.admin, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
     /// The value of the sample `series` on `/metrics` (0 when absent).
     pub fn metric(&self, series: &str) -> f64 {
         let Ok((_, body)) = http_get(self.admin, "/metrics") else {

@@ -872,3 +872,132 @@ async fn service_cidr_lifecycle() -> anyhow::Result<()> {
     envtest::delete_namespace(&oc, &ns).await;
     Ok(())
 }
+
+/// Sample names whose exposition differs from upstream's on purpose (README, "Probes
+/// and metrics"): OpenMetrics gives every counter the `_total` suffix, which
+/// upstream's counters without it lack.
+const NAME_DIFFERENCES: [(&str, &str); 3] = [
+    (
+        "endpoint_slice_controller_changes",
+        "endpoint_slice_controller_changes_total",
+    ),
+    (
+        "endpoint_slice_controller_syncs",
+        "endpoint_slice_controller_syncs_total",
+    ),
+    (
+        "endpoint_slice_mirroring_controller_changes",
+        "endpoint_slice_mirroring_controller_changes_total",
+    ),
+];
+
+/// Whether svcplane claims to export a sample of this name as upstream does.
+fn compared(name: &str) -> bool {
+    [
+        "endpoint_slice_controller_",
+        "endpoint_slice_mirroring_controller_",
+        "workqueue_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+        || [
+            "rest_client_requests_total",
+            "rest_client_request_duration_seconds",
+            "rest_client_rate_limiter_duration_seconds",
+        ]
+        .contains(&name)
+}
+
+/// Sample family name → label names, from a text exposition (histogram samples
+/// folded into their family, `le` dropped).
+fn label_sets(text: &str) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut out: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, labels) = match line.find('{') {
+            Some(i) => (
+                &line[..i],
+                &line[i + 1..line.rfind('}').unwrap_or(line.len())],
+            ),
+            None => (line.split(' ').next().unwrap_or_default(), ""),
+        };
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .filter(|base| text.contains(&format!("{base}_bucket")))
+            .unwrap_or(name);
+        let names = labels
+            .split(',')
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.trim().to_owned()))
+            .filter(|k| k != "le" && !k.is_empty());
+        out.entry(family.to_owned()).or_default().extend(names);
+    }
+    out
+}
+
+/// The metrics kube-controller-manager and svcplane both export carry the same names
+/// and label names, but for the documented `_total` differences; the comparison runs
+/// after the same workload (slices, Endpoints and mirroring) on both sides.
+#[tokio::test]
+async fn metric_names_and_labels_match_kube_controller_manager() -> anyhow::Result<()> {
+    let test = "differential::metric_names_and_labels_match_kube_controller_manager".to_owned();
+    let Some([upstream, ours]) =
+        envtest::clusters([Flavor::UpstreamControllers, Flavor::ApiServerOnly], &test)
+    else {
+        return Ok(());
+    };
+    let Some(bin) = svcplane_bin_or_skip(&test) else {
+        return Ok(());
+    };
+    let shared = ours_run(&bin, &ours);
+    // A workload that moves every compared family on both sides.
+    let mut s = mirroring_scenario("metrics")?;
+    s.pods = vec![pod("ready", "web").ip("10.0.0.1").ready().build()];
+    s.services.push(svc("web").port("http", 80, 8080).build());
+    run(s).await?;
+
+    let url_file = upstream
+        .kubeconfig
+        .parent()
+        .map(|d| d.join("kcm-metrics-url"))
+        .ok_or_else(|| anyhow::anyhow!("kubeconfig without a directory"))?;
+    let url: http::Uri = std::fs::read_to_string(&url_file)?.trim().parse()?;
+    let base: http::Uri = format!(
+        "https://{}",
+        url.authority().map(ToString::to_string).unwrap_or_default()
+    )
+    .parse()?;
+    let mut config = kube::Config::new(base);
+    config.accept_invalid_certs = true;
+    let kcm = Client::try_from(config)?
+        .request_text(http::Request::get(url.path()).body(Vec::new())?)
+        .await?;
+    let theirs = label_sets(&kcm);
+    let mine = label_sets(&shared.metrics_text());
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (name, labels) in theirs.iter().filter(|(n, _)| compared(n)) {
+        checked += 1;
+        let ours_name = NAME_DIFFERENCES
+            .iter()
+            .find(|(up, _)| up == name)
+            .map_or(name.as_str(), |(_, o)| *o);
+        match mine.get(ours_name) {
+            None => problems.push(format!("{name}: not exported by svcplane")),
+            Some(l) if l != labels => {
+                problems.push(format!(
+                    "{name}: labels {labels:?} upstream, {l:?} svcplane"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} upstream families compared:\n{kcm}"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}

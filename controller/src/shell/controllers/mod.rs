@@ -223,6 +223,10 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queue::QueueGauges {
     let labels = QueueLabels { name };
     let q = metrics.queue();
+    // client-go creates every series of a named queue with the queue, so a queue that
+    // never retried still shows `workqueue_retries_total 0`.
+    let _ = q.retries.get_or_create(&labels);
+    let _ = q.work_duration.get_or_create(&labels);
     super::queue::QueueGauges {
         depth: q.depth.get_or_create(&labels).clone(),
         adds: q.adds.get_or_create(&labels).clone(),
