@@ -317,3 +317,46 @@ pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// What the suites that run the shipped binary behind webhook configurations share:
+/// the envtest cluster (one the API server can call back from), the binary, an admin
+/// client, serving certificates for 127.0.0.1 and a scratch directory. Holds the
+/// suite's serial lock for as long as it lives: those suites act on cluster-wide
+/// objects (claims, ServiceCIDRs, webhook configurations).
+#[allow(missing_debug_implementations)] // kube::Client is not Debug
+pub struct BinaryEnv {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    pub bin: PathBuf,
+    pub cluster: crate::envtest::Cluster,
+    pub client: Client,
+    pub certs: Certs,
+    pub dir: PathBuf,
+}
+
+impl BinaryEnv {
+    /// `None` (the test skips) when the harness or the binary is unavailable, or the
+    /// API server cannot reach 127.0.0.1.
+    pub async fn new(test: &str, serial: &'static tokio::sync::Mutex<()>) -> Option<Self> {
+        let guard = serial.lock().await;
+        let cluster = crate::envtest::cluster(crate::envtest::Flavor::ApiServerOnly, test)?;
+        if !crate::envtest::reaches_loopback(&cluster, test) {
+            return None;
+        }
+        let bin = crate::binary::svcplane_bin_or_skip(test)?;
+        let client = cluster
+            .client()
+            .await
+            .unwrap_or_else(|e| panic!("{test}: a client of the harness: {e:#}"));
+        let dir = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+        let certs = certs(&dir, &["127.0.0.1"])
+            .unwrap_or_else(|e| panic!("{test}: test certificates: {e:#}"));
+        Some(Self {
+            _serial: guard,
+            bin,
+            cluster,
+            client,
+            certs,
+            dir,
+        })
+    }
+}

@@ -21,9 +21,9 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder, svcplane_bin_or_skip};
-use svcplane_tests::envtest::{self, Cluster, Flavor};
-use svcplane_tests::webhook_env::{Certs, certs, install_claim_crd, kubectl, register_webhooks};
+use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder};
+use svcplane_tests::envtest;
+use svcplane_tests::webhook_env::{BinaryEnv, install_claim_crd, kubectl, register_webhooks};
 use svcplane_webhook::claim::AllocationClaim;
 
 /// A webhook's ranges: a /26 of ClusterIPs and 40 nodePorts.
@@ -61,33 +61,12 @@ impl Ranges {
 /// Held for a whole test; tokio's mutex works across the tests' separate runtimes.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Per-test set-up: the cluster, a client, certificates; the test holds `SERIAL`.
-struct Env {
-    _serial: tokio::sync::MutexGuard<'static, ()>,
-    bin: std::path::PathBuf,
-    cluster: Cluster,
-    client: Client,
-    certs: Certs,
-}
+type Env = BinaryEnv;
 
 async fn env(test: &str) -> Option<Env> {
-    let serial = SERIAL.lock().await;
-    let cluster = envtest::cluster(Flavor::ApiServerOnly, test)?;
-    if !envtest::reaches_loopback(&cluster, test) {
-        return None;
-    }
-    let bin = svcplane_bin_or_skip(test)?;
-    let client = cluster.client().await.unwrap();
-    install_claim_crd(&client).await.unwrap();
-    let dir = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
-    let certs = certs(&dir, &["127.0.0.1"]).unwrap();
-    Some(Env {
-        _serial: serial,
-        bin,
-        cluster,
-        client,
-        certs,
-    })
+    let env = BinaryEnv::new(test, &SERIAL).await?;
+    install_claim_crd(&env.client).await.unwrap();
+    Some(env)
 }
 
 /// Flags every webhook process here shares: TLS, ranges (given ones, overriding the
