@@ -17,20 +17,11 @@ pub(crate) fn main() -> ExitCode {
     match cli.command {
         Command::Plan(args) => {
             logging::init(v, "warn", LogFormat::Text);
-            let mut stderr = std::io::stderr().lock();
-            let result = plan::run(
-                &args,
-                &mut std::io::stdin().lock(),
-                &mut std::io::stdout().lock(),
-                &mut stderr,
-            );
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    let _ = writeln!(stderr, "{e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
+            on_stdio(
+                "",
+                |i, o, e| plan::run(&args, i, o, e),
+                plan::PlanError::exit_code,
+            )
         }
         Command::Run(args) => {
             if let Err(msg) = args.check() {
@@ -66,20 +57,11 @@ pub(crate) fn main() -> ExitCode {
         }
         Command::Explain(args) => {
             logging::init(v, "warn", LogFormat::Text);
-            let mut stderr = std::io::stderr().lock();
-            let result = explain::run(
-                &args,
-                &mut std::io::stdin().lock(),
-                &mut std::io::stdout().lock(),
-                &mut stderr,
-            );
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    let _ = writeln!(stderr, "error: {e}");
-                    ExitCode::from(e.exit_code())
-                }
-            }
+            on_stdio(
+                "error: ",
+                |i, o, e| explain::run(&args, i, o, e),
+                explain::ExplainError::exit_code,
+            )
         }
         Command::Check(args) => {
             logging::init(v, "warn", LogFormat::Text);
@@ -124,4 +106,29 @@ fn usage_error(msg: String) -> ! {
     Cli::command()
         .error(clap::error::ErrorKind::MissingRequiredArgument, msg)
         .exit()
+}
+
+/// Runs an offline subcommand on the process' standard streams; its error goes to
+/// stderr after `prefix` and chooses the exit code.
+fn on_stdio<E: std::fmt::Display>(
+    prefix: &str,
+    run: impl FnOnce(
+        &mut std::io::StdinLock<'static>,
+        &mut std::io::StdoutLock<'static>,
+        &mut std::io::StderrLock<'static>,
+    ) -> Result<(), E>,
+    exit_code: impl FnOnce(&E) -> u8,
+) -> ExitCode {
+    let mut stderr = std::io::stderr().lock();
+    match run(
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+        &mut stderr,
+    ) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(stderr, "{prefix}{e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
 }
