@@ -266,15 +266,8 @@ pub struct WebhookArgs {
     #[command(flatten, next_help_heading = heading::ALLOCATOR)]
     pub ranges: AllocatorRanges,
 
-    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "SVCPLANE_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080",
-        help_heading = heading::OBSERVABILITY
-    )]
-    pub metrics_bind_address: std::net::SocketAddr,
+    #[command(flatten)]
+    pub metrics: MetricsServingFlags,
 
     /// Log line format.
     #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT",
@@ -490,15 +483,8 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..), help_heading = heading::API)]
     pub kube_api_burst: u32,
 
-    /// Plain-HTTP address for `/metrics`, `/livez` and `/readyz`.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "SVCPLANE_METRICS_BIND_ADDRESS",
-        default_value = "0.0.0.0:8080",
-        help_heading = heading::OBSERVABILITY
-    )]
-    pub metrics_bind_address: std::net::SocketAddr,
+    #[command(flatten)]
+    pub metrics: MetricsServingFlags,
 
     /// Time allowed after SIGTERM for in-flight writes and the webhook drain.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration,
@@ -521,6 +507,64 @@ impl RunArgs {
                 .map_err(|e| format!("{e} (or run with --webhook=false)"))?;
         }
         Ok(())
+    }
+}
+
+/// Where `/metrics` and the probes are served, shared by `svcplane run` and
+/// `svcplane webhook`.
+#[derive(Debug, Clone, Args)]
+pub struct MetricsServingFlags {
+    /// Plain-HTTP address for `/livez`, `/readyz` and, unless the secure port is on,
+    /// `/metrics`.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "SVCPLANE_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080",
+        help_heading = heading::OBSERVABILITY
+    )]
+    pub metrics_bind_address: std::net::SocketAddr,
+
+    /// Serve `/metrics` over HTTPS on this address instead, to callers the cluster's
+    /// RBAC allows `get` on the non-resource URL `/metrics` (checked with TokenReview
+    /// and SubjectAccessReview, as kube-controller-manager's --secure-port). Off when
+    /// unset.
+    #[arg(long, value_name = "ADDR", env = "SVCPLANE_SECURE_METRICS_BIND_ADDRESS",
+          help_heading = heading::OBSERVABILITY)]
+    pub secure_metrics_bind_address: Option<std::net::SocketAddr>,
+
+    /// PEM certificate of the secure metrics port (re-read when it changes); without
+    /// it a self-signed certificate is generated at start.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_METRICS_TLS_CERT_FILE",
+          requires = "metrics_tls_private_key_file", help_heading = heading::OBSERVABILITY)]
+    pub metrics_tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of `--metrics-tls-cert-file`.
+    #[arg(long, value_name = "FILE", env = "SVCPLANE_METRICS_TLS_PRIVATE_KEY_FILE",
+          requires = "metrics_tls_cert_file", help_heading = heading::OBSERVABILITY)]
+    pub metrics_tls_private_key_file: Option<PathBuf>,
+}
+
+impl MetricsServingFlags {
+    /// The secure port's settings, if it is on; certificate files without the port
+    /// are an error naming both flags.
+    pub fn secure(&self) -> Result<Option<crate::shell::secure_metrics::SecureMetrics>, String> {
+        let files = self
+            .metrics_tls_cert_file
+            .clone()
+            .zip(self.metrics_tls_private_key_file.clone());
+        match self.secure_metrics_bind_address {
+            Some(bind) => Ok(Some(crate::shell::secure_metrics::SecureMetrics {
+                bind,
+                cert_files: files,
+            })),
+            None if files.is_some() => Err(
+                "--metrics-tls-cert-file and --metrics-tls-private-key-file need \
+                 --secure-metrics-bind-address (the port they would serve)"
+                    .to_owned(),
+            ),
+            None => Ok(None),
+        }
     }
 }
 
@@ -1020,6 +1064,62 @@ mod tests {
     }
 
     #[test]
+    fn the_secure_metrics_port_is_off_unless_asked_and_its_files_come_in_pairs() {
+        let base = ["--webhook=false"];
+        let on = run(&[
+            &base[..],
+            &["--secure-metrics-bind-address", "0.0.0.0:10257"],
+        ]
+        .concat())
+        .unwrap();
+        let secure = on.metrics.secure().unwrap().expect("on");
+        assert_eq!(secure.bind.to_string(), "0.0.0.0:10257");
+        assert_eq!(secure.cert_files, None, "a generated certificate");
+
+        let half = run(&[
+            &base[..],
+            &[
+                "--secure-metrics-bind-address",
+                "127.0.0.1:1",
+                "--metrics-tls-cert-file",
+                "c",
+            ],
+        ]
+        .concat());
+        assert!(half.is_err(), "a certificate without its key");
+        let lonely = run(&[
+            &base[..],
+            &[
+                "--metrics-tls-cert-file",
+                "c",
+                "--metrics-tls-private-key-file",
+                "k",
+            ],
+        ]
+        .concat())
+        .unwrap();
+        let err = lonely.metrics.secure().unwrap_err();
+        assert!(err.contains("--secure-metrics-bind-address"), "{err}");
+        let full = run(&[
+            &base[..],
+            &[
+                "--secure-metrics-bind-address",
+                "127.0.0.1:10257",
+                "--metrics-tls-cert-file",
+                "c",
+                "--metrics-tls-private-key-file",
+                "k",
+            ],
+        ]
+        .concat())
+        .unwrap();
+        assert_eq!(
+            full.metrics.secure().unwrap().and_then(|s| s.cert_files),
+            Some(("c".into(), "k".into()))
+        );
+    }
+
+    #[test]
     fn run_defaults_match_kube_controller_manager_and_the_issue() {
         let r = run(&["--tls-cert-file", "c", "--tls-private-key-file", "k"]).unwrap();
         for name in registry::names() {
@@ -1036,7 +1136,8 @@ mod tests {
         assert_eq!(r.concurrent_service_endpoint_syncs, 5);
         assert_eq!(r.kube_api_qps, 20.0);
         assert_eq!(r.kube_api_burst, 30);
-        assert_eq!(r.metrics_bind_address.to_string(), "0.0.0.0:8080");
+        assert_eq!(r.metrics.metrics_bind_address.to_string(), "0.0.0.0:8080");
+        assert_eq!(r.metrics.secure(), Ok(None));
         assert!(r.webhook && r.leader_elect);
         assert_eq!(
             r.leader_elect_lease_duration,

@@ -37,6 +37,7 @@ use crate::shell::cache::{Cache, Resource};
 use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
 use crate::shell::metrics::Metrics;
 use crate::shell::runtime::{self, ControllerOptions, Controllers};
+use crate::shell::secure_metrics::{self, SecureMetrics};
 
 /// How long in-flight admission requests may finish after a shutdown signal.
 pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
@@ -74,6 +75,8 @@ pub struct RunOptions {
     pub leader: Option<LeaderRun>,
     /// Admin server address; `None` serves none (tests).
     pub metrics_bind: Option<std::net::SocketAddr>,
+    /// The secure metrics port, if on (then the admin server serves probes only).
+    pub secure_metrics: Option<SecureMetrics>,
     pub shutdown_grace: Duration,
     pub identity: String,
 }
@@ -87,6 +90,8 @@ pub enum RunError {
     LeadershipEnded,
     #[error("webhook: {0}")]
     Webhook(String),
+    #[error(transparent)]
+    SecureMetrics(#[from] crate::shell::secure_metrics::SecureMetricsError),
     #[error("admin server on {address}: {source}")]
     Admin {
         address: std::net::SocketAddr,
@@ -187,7 +192,8 @@ impl RunOptions {
             controllers,
             webhook,
             leader,
-            metrics_bind: Some(args.metrics_bind_address),
+            metrics_bind: Some(args.metrics.metrics_bind_address),
+            secure_metrics: args.metrics.secure().map_err(|e| anyhow::anyhow!(e))?,
             shutdown_grace: args.shutdown_grace_period,
             identity,
         })
@@ -336,6 +342,18 @@ pub async fn run_with_handle(
     // The webhook side, if any: filled in once started, read by /readyz.
     let webhook_state: WebhookState = Arc::default();
     let admin_stop = CancellationToken::new();
+    let secure = match &options.secure_metrics {
+        Some(settings) => Some(
+            secure_metrics::serve(
+                settings,
+                metrics.clone(),
+                clients.get(users::METRICS_AUTH),
+                admin_stop.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let admin = match options.metrics_bind {
         Some(address) => {
             let ready: admin::ReadinessCheck = {
@@ -364,6 +382,7 @@ pub async fn run_with_handle(
             Some(
                 admin::serve(
                     address,
+                    secure.as_ref().map(|s| s.local_addr),
                     metrics.clone(),
                     ready,
                     shutdown.clone(),
@@ -388,6 +407,9 @@ pub async fn run_with_handle(
     admin_stop.cancel();
     if let Some(a) = admin {
         let _ = a.task.await;
+    }
+    if let Some(s) = secure {
+        let _ = s.task.await;
     }
     result
 }

@@ -16,10 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::cli::{CertSource, WebhookArgs, WebhookServerFlags};
-use crate::kube_client;
+use crate::kube_client::{self, users};
 use crate::leader;
 use crate::shell::admin;
 use crate::shell::metrics::Metrics;
+use crate::shell::secure_metrics;
 
 /// How long in-flight admission requests may finish after a shutdown signal.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -132,15 +133,28 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
         })
     };
     let admin_stop = CancellationToken::new();
+    let secure = match args.metrics.secure().map_err(|e| anyhow::anyhow!(e))? {
+        Some(settings) => Some(
+            secure_metrics::serve(
+                &settings,
+                metrics.clone(),
+                kube_client::connect(args.kubeconfig.as_deref(), users::METRICS_AUTH).await?,
+                admin_stop.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     let admin = admin::serve(
-        args.metrics_bind_address,
+        args.metrics.metrics_bind_address,
+        secure.as_ref().map(|s| s.local_addr),
         metrics,
         ready,
         cancel.clone(),
         admin_stop.clone(),
     )
     .await
-    .with_context(|| format!("admin server on {}", args.metrics_bind_address))?;
+    .with_context(|| format!("admin server on {}", args.metrics.metrics_bind_address))?;
     let prepared = certs::prepare(
         &plan,
         &client,
@@ -171,6 +185,9 @@ async fn serve_webhook(args: &WebhookArgs) -> anyhow::Result<()> {
     };
     admin_stop.cancel();
     let _ = admin.task.await;
+    if let Some(s) = secure {
+        let _ = s.task.await;
+    }
     background.cancel();
     for t in started.tasks {
         let _ = t.await;

@@ -295,6 +295,10 @@ def test_host_network_uses_the_nodes_dns_and_distinct_ports(variant):
         assert values["metrics"]["port"] != values["webhook"]["port"]
         # 8080 and 9443 are taken on many nodes; the variant shows picking others.
         assert values["metrics"]["port"] not in (8080, 10250) and values["webhook"]["port"] != 9443
+        # 10257 is kube-controller-manager's secure port on control-plane nodes.
+        secure = values["metrics"]["secure"]
+        if secure["enabled"]:
+            assert secure["port"] not in (10250, 10257, 10259, values["metrics"]["port"], values["webhook"]["port"])
     else:
         assert "hostNetwork" not in spec and "dnsPolicy" not in spec
 
@@ -310,9 +314,10 @@ def test_update_strategy_history_and_extra_volumes(variant):
     assert d["spec"]["strategy"] == values["updateStrategy"]
     assert d["spec"]["revisionHistoryLimit"] == values["revisionHistoryLimit"]
     spec = d["spec"]["template"]["spec"]
-    vols = [v for v in spec.get("volumes", []) if v["name"] != "webhook-tls"]
+    own = {"webhook-tls", "metrics-tls"}
+    vols = [v for v in spec.get("volumes", []) if v["name"] not in own]
     assert vols == values["extraVolumes"]
-    mounts = [m for m in container(objects(variant)).get("volumeMounts", []) if m["name"] != "webhook-tls"]
+    mounts = [m for m in container(objects(variant)).get("volumeMounts", []) if m["name"] not in own]
     assert mounts == values["extraVolumeMounts"]
 
 
@@ -339,6 +344,11 @@ def test_network_policy(variant):
     by_port = {r["ports"][0]["port"]: r for r in rules}
     assert set(by_port) == ({"webhook", "admin"} if values["webhook"]["enabled"] else {"admin"})
     assert by_port["admin"].get("from", []) == np["metricsFrom"]
+    # The probes stay on admin; the secure metrics port is open to the same peers.
+    want = [{"port": "admin", "protocol": "TCP"}]
+    if values["metrics"]["secure"]["enabled"]:
+        want.append({"port": "https-metrics", "protocol": "TCP"})
+    assert by_port["admin"]["ports"] == want
     if values["webhook"]["enabled"]:
         assert by_port["webhook"].get("from", []) == np["webhookFrom"]
     if np["egress"]:
@@ -419,18 +429,20 @@ def test_rbac_has_no_wildcards(variant):
                 assert "*" not in item, f"wildcard in {field}: {r}"
         assert "deletecollection" not in r["verbs"], r
         assert "escalate" not in r["verbs"] and "bind" not in r["verbs"] and "impersonate" not in r["verbs"]
-        if "secrets" in r["resources"]:
+        if "secrets" in r.get("resources", []):
             # certMode=self only: create (cannot be named) and its own Secret by name.
             assert cert_mode(variant) == "self", "secrets are only touched in certMode self"
             assert r["resources"] == ["secrets"]
             assert r["verbs"] == ["create"] or (r["verbs"] == ["get", "update"]
                                                 and r["resourceNames"] == ["svcplane-webhook-certs"]), r
-        assert "delete" not in r["verbs"] or r["resources"] != ["secrets"]
+        assert "delete" not in r["verbs"] or r.get("resources") != ["secrets"]
 
 
 def grants(rule_list: list[dict]) -> set[tuple]:
+    """Resource grants; nonResourceURLs rules (the metrics reader's) are checked on their own."""
     return {(g, res, verb, tuple(r.get("resourceNames", [])))
-            for r in rule_list for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
+            for r in rule_list if "nonResourceURLs" not in r
+            for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
 
 
 def g(group, resources, verbs, names=()):
@@ -454,14 +466,26 @@ def test_the_service_cidr_controller_gets_its_writes_only_when_enabled():
     assert not any(res.startswith("servicecidrs") and verb == "patch" for (_, res, verb, _) in got)
 
 
+SECURE_METRICS_GRANTS = (g("authentication.k8s.io", ["tokenreviews"], ["create"])
+                         | g("authorization.k8s.io", ["subjectaccessreviews"], ["create"]))
+
+
+def own_cluster_role_grants(objs: list[dict]) -> set[tuple]:
+    return grants(one(objs, "ClusterRole", "svcplane")["rules"])
+
+
 def test_cluster_role_is_exactly_what_the_code_uses():
-    # Default (certMode self): also get/patch of our two webhook configurations, by name.
-    assert grants(rules(objects("default"), "ClusterRole")) == CONTROLLER_GRANTS | g(
+    # Default (certMode self, secure metrics): also get/patch of our two webhook
+    # configurations, by name, and the secure metrics port's token checks.
+    assert own_cluster_role_grants(objects("default")) == CONTROLLER_GRANTS | SECURE_METRICS_GRANTS | g(
         "admissionregistration.k8s.io", ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
         ["get", "patch"], ["svcplane"])
     for v in VARIANTS:
+        want = CONTROLLER_GRANTS | (SECURE_METRICS_GRANTS if merged_values(v)["metrics"]["secure"]["enabled"] else set())
         if cert_mode(v) != "self":
-            assert grants(rules(objects(v), "ClusterRole")) == CONTROLLER_GRANTS, v
+            assert own_cluster_role_grants(objects(v)) == want, v
+        else:
+            assert want <= own_cluster_role_grants(objects(v)), v
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -479,7 +503,7 @@ def test_lease_role_cert_manager_shape(variant):
     assert deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"] == sa
     for kind, ref_kind, ref_name, name in (
             ("RoleBinding", "Role", role["metadata"]["name"], "svcplane-leader-election"),
-            ("ClusterRoleBinding", "ClusterRole", one(objs, "ClusterRole")["metadata"]["name"], "svcplane")):
+            ("ClusterRoleBinding", "ClusterRole", one(objs, "ClusterRole", "svcplane")["metadata"]["name"], "svcplane")):
         b = one(objs, kind, name)
         assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": ref_name}
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
@@ -620,7 +644,8 @@ def test_webhook_disabled(variant):
     assert f["webhook"] == "false"
     assert not {k for k in f if k.startswith("tls-") or k.startswith("webhook-") or k.startswith("claim-")}
     c = container(objs)
-    assert [p["name"] for p in c["ports"]] == ["admin"]
+    secure = merged_values(variant)["metrics"]["secure"]["enabled"]
+    assert [p["name"] for p in c["ports"]] == (["admin", "https-metrics"] if secure else ["admin"])
     assert "volumeMounts" not in c
     assert "volumes" not in deployment(objs)["spec"]["template"]["spec"]
 
@@ -839,15 +864,22 @@ def test_metrics_service_and_service_monitor(variant):
     svcs = [s for s in of_kind(objs, "Service") if s["metadata"]["name"] == "svcplane-metrics"]
     want_svc = m["service"]["enabled"] or m["serviceMonitor"]["enabled"]
     assert len(svcs) == (1 if want_svc else 0)
+    secure = m["secure"]["enabled"]
     if svcs:
-        assert svcs[0]["spec"]["ports"] == [{"name": "metrics", "port": m["service"]["port"],
-                                             "targetPort": "admin", "protocol": "TCP"}]
+        if secure:
+            assert svcs[0]["spec"]["ports"] == [{"name": "https-metrics", "port": m["secure"]["port"],
+                                                 "targetPort": "https-metrics", "protocol": "TCP"}]
+        else:
+            assert svcs[0]["spec"]["ports"] == [{"name": "metrics", "port": m["service"]["port"],
+                                                 "targetPort": "admin", "protocol": "TCP"}]
     sms = of_kind(objs, "ServiceMonitor")
     assert len(sms) == (1 if m["serviceMonitor"]["enabled"] else 0)
     for sm in sms:
         assert sm["apiVersion"] == "monitoring.coreos.com/v1"
-        assert sm["spec"]["endpoints"][0]["port"] == "metrics"
-        assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+        (ep,) = sm["spec"]["endpoints"]
+        assert ep["port"] == svcs[0]["spec"]["ports"][0]["name"]
+        assert ep["path"] == "/metrics"
+        assert ep["scheme"] == ("https" if secure else "http")
         labels = svcs[0]["metadata"]["labels"]
         assert all(labels.get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
         assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
@@ -857,6 +889,182 @@ def test_metrics_service_and_service_monitor(variant):
 
 def test_there_is_a_service_monitor_variant():
     assert any(merged_values(v)["metrics"]["serviceMonitor"]["enabled"] for v in CI_VARIANTS)
+
+
+# ------------------------------------------------------ secure metrics port
+
+SECURE_RULES = [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
+READER_RULES = [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def validate_strictly(objs: list[dict]) -> None:
+    for o in objs:
+        for kube in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(o, kube, strict=True)
+            except kubernetes_validate.SchemaNotFoundError:
+                assert (o["apiVersion"], o["kind"]) in FOREIGN_KINDS, o["kind"]
+
+
+def named(objs: list[dict], kind: str, name: str) -> list[dict]:
+    return [o for o in of_kind(objs, kind) if o["metadata"]["name"] == name]
+
+
+def test_secure_metrics_port_is_the_default():
+    objs = objects("default")
+    f = flags(objs)
+    assert f["secure-metrics-bind-address"] == "0.0.0.0:10257"
+    assert f["metrics-bind-address"] == "0.0.0.0:8080", "the plain port stays, for the probes"
+    c = container(objs)
+    ports = {p["name"]: p for p in c["ports"]}
+    assert ports["https-metrics"] == {"name": "https-metrics", "containerPort": 10257, "protocol": "TCP"}
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == "admin"
+    # svcplane checks each scraper's token: TokenReview, then SubjectAccessReview.
+    own = one(objs, "ClusterRole", "svcplane")["rules"]
+    assert all(r in own for r in SECURE_RULES), own
+    assert one(objs, "ClusterRole", "svcplane-metrics-reader")["rules"] == READER_RULES
+    assert not named(objs, "ClusterRoleBinding", "svcplane-metrics-reader"), "no readers: no binding"
+    svc = one(objs, "Service", "svcplane-metrics")
+    assert svc["spec"]["ports"] == [{"name": "https-metrics", "port": 10257, "targetPort": "https-metrics",
+                                     "protocol": "TCP"}]
+    assert "metrics-tls" not in {v["name"] for v in deployment(objs)["spec"]["template"]["spec"].get("volumes", [])}
+
+
+def test_secure_metrics_readers_are_bound_to_the_reader_role():
+    readers = [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+               {"kind": "Group", "name": "system:monitoring"},
+               {"kind": "User", "name": "scraper@example.com", "apiGroup": "rbac.authorization.k8s.io"}]
+    objs = render_objects({"metrics": {"secure": {"readers": readers}}})
+    validate_strictly(objs)
+    binding = one(objs, "ClusterRoleBinding", "svcplane-metrics-reader")
+    assert "namespace" not in binding["metadata"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "svcplane-metrics-reader"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:monitoring"},
+        {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "scraper@example.com"}]
+    assert one(objs, "ClusterRole", "svcplane-metrics-reader")["rules"] == READER_RULES
+    # the observability variant binds its Prometheus the same way
+    assert one(objects("observability-values.yaml"), "ClusterRoleBinding", "svcplane-metrics-reader")["subjects"] \
+        == merged_values("observability-values.yaml")["metrics"]["secure"]["readers"]
+
+
+def test_secure_metrics_readers_need_the_reader_role():
+    readers = [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
+    for values in ({"metrics": {"secure": {"readers": readers, "readerClusterRole": False}}},
+                   {"metrics": {"secure": {"readers": readers}}, "rbac": {"create": False}}):
+        with pytest.raises(chart_render.ChartError, match="metrics.secure.readers"):
+            render_objects(values)
+    # Without the role (bind your scrapers yourself): the token checks are still granted.
+    objs = render_objects({"metrics": {"secure": {"readerClusterRole": False}}})
+    assert not named(objs, "ClusterRole", "svcplane-metrics-reader")
+    assert not named(objs, "ClusterRoleBinding", "svcplane-metrics-reader")
+    assert all(r in one(objs, "ClusterRole", "svcplane")["rules"] for r in SECURE_RULES)
+
+
+def test_secure_metrics_disabled_is_plain_http_on_admin():
+    readers = [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
+    objs = render_objects({"metrics": {"secure": {"enabled": False, "certSecret": "unused", "readers": readers},
+                                       "serviceMonitor": {"enabled": True}},
+                           "networkPolicy": {"enabled": True}})
+    validate_strictly(objs)
+    f = flags(objs)
+    assert not {k for k in f if k.startswith("secure-metrics") or k.startswith("metrics-tls")}, f
+    c = container(objs)
+    assert [p["name"] for p in c["ports"]] == ["admin", "webhook"]
+    assert "metrics-tls" not in {m["name"] for m in c.get("volumeMounts", [])}
+    own = grants(one(objs, "ClusterRole", "svcplane")["rules"])
+    assert not {x for x in own if x[1] in ("tokenreviews", "subjectaccessreviews")}
+    assert not named(objs, "ClusterRole", "svcplane-metrics-reader")
+    assert not named(objs, "ClusterRoleBinding", "svcplane-metrics-reader")
+    svc = one(objs, "Service", "svcplane-metrics")
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "admin", "protocol": "TCP"}]
+    (ep,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert ep == {"port": "metrics", "path": "/metrics", "scheme": "http", "interval": "30s", "scrapeTimeout": "10s"}
+    rules_ = one(objs, "NetworkPolicy")["spec"]["ingress"]
+    assert [p["port"] for r in rules_ for p in r["ports"]] == ["webhook", "admin"]
+    notes: dict = {}
+    render_objects({"metrics": {"secure": {"enabled": False}}}, notes)
+    assert "http://svcplane-metrics.kube-system.svc:8080/metrics" in notes["text"]
+
+
+@pytest.mark.parametrize("webhook", [
+    {},  # certMode self: nothing of the webhook's is mounted
+    {"certMode": "secret", "existingSecret": "svcplane-serving-cert", "caBundle": "Zm9v"},
+    {"enabled": False},
+])
+def test_secure_metrics_cert_secret_is_mounted(webhook):
+    objs = render_objects({"metrics": {"secure": {"certSecret": "svcplane-metrics-cert"}}, "webhook": webhook})
+    validate_strictly(objs)
+    f = flags(objs)
+    c = container(objs)
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "metrics-tls"]
+    assert mount == {"name": "metrics-tls", "mountPath": "/etc/svcplane/metrics-tls", "readOnly": True}
+    assert f["metrics-tls-cert-file"] == "/etc/svcplane/metrics-tls/tls.crt"
+    assert f["metrics-tls-private-key-file"] == "/etc/svcplane/metrics-tls/tls.key"
+    vols = {v["name"]: v for v in deployment(objs)["spec"]["template"]["spec"]["volumes"]}
+    assert vols["metrics-tls"] == {"name": "metrics-tls",
+                                   "secret": {"secretName": "svcplane-metrics-cert", "defaultMode": 0o440}}
+    # the webhook's own certificate volume is untouched
+    mounted_webhook = webhook.get("certMode") == "secret"
+    assert ("webhook-tls" in vols) == mounted_webhook
+    assert ("webhook-tls" in {m["name"] for m in c["volumeMounts"]}) == mounted_webhook
+    if mounted_webhook:
+        assert vols["webhook-tls"]["secret"]["secretName"] == "svcplane-serving-cert"
+        assert f["tls-cert-file"] == "/etc/svcplane/tls/tls.crt"
+
+
+def test_there_is_a_cert_secret_variant():
+    assert any(merged_values(v)["metrics"]["secure"]["certSecret"] for v in CI_VARIANTS)
+    assert any(not merged_values(v)["metrics"]["secure"]["enabled"] for v in CI_VARIANTS)
+
+
+def test_service_monitor_scrapes_the_secure_port_with_its_token():
+    objs = render_objects({"metrics": {"serviceMonitor": {"enabled": True}}})
+    (ep,) = one(objs, "ServiceMonitor")["spec"]["endpoints"]
+    assert ep == {"port": "https-metrics", "path": "/metrics", "scheme": "https", "bearerTokenFile": TOKEN_FILE,
+                  "tlsConfig": {"insecureSkipVerify": True}, "interval": "30s", "scrapeTimeout": "10s"}
+    svc = one(objs, "Service", "svcplane-metrics")
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["https-metrics"]
+
+
+def test_network_policy_opens_the_secure_metrics_port():
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    objs = render_objects({"networkPolicy": {"enabled": True, "metricsFrom": peers}})
+    validate_strictly(objs)
+    ingress = one(objs, "NetworkPolicy")["spec"]["ingress"]
+    (metrics_rule,) = [r for r in ingress if any(p["port"] == "https-metrics" for p in r["ports"])]
+    assert metrics_rule["ports"] == [{"port": "admin", "protocol": "TCP"}, {"port": "https-metrics", "protocol": "TCP"}]
+    assert metrics_rule["from"] == peers
+    # every named port the policy opens exists on the container
+    names = {p["name"] for p in container(objs)["ports"]}
+    assert {p["port"] for r in ingress for p in r["ports"]} <= names
+
+
+def test_secure_metrics_port_must_not_clash():
+    with pytest.raises(chart_render.ChartError, match="metrics.secure.port must differ from metrics.port"):
+        render_objects({"metrics": {"port": 10257}})
+    with pytest.raises(chart_render.ChartError, match="metrics.secure.port must differ from webhook.port"):
+        render_objects({"metrics": {"secure": {"port": 9443}}})
+    # no clash when the port it would clash with is off
+    render_objects({"metrics": {"secure": {"port": 9443}}, "webhook": {"enabled": False}})
+    render_objects({"metrics": {"port": 10257, "secure": {"enabled": False}}})
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_notes_say_where_metrics_are(variant):
+    _, notes = _rendered(variant)
+    m = merged_values(variant)["metrics"]
+    if not m["secure"]["enabled"]:
+        assert "/metrics" in notes and "https" not in notes.split("Metrics:")[1]
+        return
+    assert "https" in notes.split("Metrics:")[1]
+    assert f"Port {m['port']} (admin) serves only /livez and /readyz" in notes
+    if m["service"]["enabled"] or m["serviceMonitor"]["enabled"]:
+        assert f"https://svcplane-metrics.kube-system.svc:{m['secure']['port']}/metrics" in notes
 
 
 def test_crd_matches_the_shipped_file_and_is_kept():
@@ -996,6 +1204,7 @@ def test_every_value_reaches_its_flag():
         "kube-api-qps": "50",
         "kube-api-burst": "75",
         "metrics-bind-address": "[::]:9090",
+        "secure-metrics-bind-address": "[::]:10257",
         "leader-elect": "true",
         "leader-elect-lease-duration": "20s",
         "leader-elect-renew-deadline": "15s",
@@ -1021,7 +1230,7 @@ def test_every_value_reaches_its_flag():
     assert "kubeconfig" not in f, "in-cluster config: the chart never passes --kubeconfig"
     assert one(objs, "Role", "svcplane-leader-election")["rules"][1]["resourceNames"] == ["my-lease"]
     ports = {p["name"]: p["containerPort"] for p in container(objs)["ports"]}
-    assert ports == {"admin": 9090, "webhook": 10443}
+    assert ports == {"admin": 9090, "https-metrics": 10257, "webhook": 10443}
 
 
 def test_default_flags_equal_the_binary_defaults():
@@ -1038,6 +1247,8 @@ def test_default_flags_equal_the_binary_defaults():
     assert f["service-node-port-range"] == "30000-32767"
     assert (f["kube-api-qps"], f["kube-api-burst"]) == ("20", "30")
     assert f["metrics-bind-address"] == "0.0.0.0:8080"
+    assert f["secure-metrics-bind-address"] == "0.0.0.0:10257"
+    assert "metrics-tls-cert-file" not in f and "metrics-tls-private-key-file" not in f
     assert f["webhook-bind-address"] == "0.0.0.0:9443"
     assert f["log-format"] == "text"
     assert f["shutdown-grace-period"] == "20s"
@@ -1105,6 +1316,26 @@ def test_bad_values_file_fails_naming_the_field():
     ({"resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}, "/resources/limits"),
     ({"serviceClusterIPRange": "10.96.0.0"}, "/serviceClusterIPRange"),
     ({"webhook": {"excludeNamespaces": ["Kube_System"]}}, "/webhook/excludeNamespaces/0"),
+    ({"metrics": {"secure": {"port": 0}}}, "/metrics/secure/port"),
+    ({"metrics": {"secure": {"port": 65536}}}, "/metrics/secure/port"),
+    ({"metrics": {"secure": {"port": "10257"}}}, "/metrics/secure/port"),
+    ({"metrics": {"secure": {"enabled": "yes"}}}, "/metrics/secure/enabled"),
+    ({"metrics": {"secure": {"readerClusterRole": 1}}}, "/metrics/secure/readerClusterRole"),
+    ({"metrics": {"secure": {"certSecret": "Metrics_TLS"}}}, "/metrics/secure/certSecret"),
+    ({"metrics": {"secure": {"insecure": True}}}, "/metrics/secure"),
+    ({"metrics": {"secure": {"readers": {"kind": "User", "name": "a"}}}}, "/metrics/secure/readers"),
+    ({"metrics": {"secure": {"readers": [{"kind": "ServiceAccount", "name": "prometheus"}]}}},
+     "/metrics/secure/readers/0"),
+    ({"metrics": {"secure": {"readers": [{"kind": "Pod", "name": "a"}]}}}, "/metrics/secure/readers/0/kind"),
+    ({"metrics": {"secure": {"readers": [{"kind": "User"}]}}}, "/metrics/secure/readers/0"),
+    ({"metrics": {"secure": {"readers": [{"kind": "User", "name": ""}]}}}, "/metrics/secure/readers/0/name"),
+    ({"metrics": {"secure": {"readers": [{"kind": "User", "name": "a", "apiGroup": ""}]}}},
+     "/metrics/secure/readers/0/apiGroup"),
+    ({"metrics": {"secure": {"readers": [{"kind": "ServiceAccount", "name": "a", "namespace": "m",
+                                          "apiGroup": "rbac.authorization.k8s.io"}]}}},
+     "/metrics/secure/readers/0/apiGroup"),
+    ({"metrics": {"secure": {"readers": [{"kind": "User", "name": "a", "verbs": ["get"]}]}}},
+     "/metrics/secure/readers/0"),
 ])
 def test_schema_refuses(values, pointer):
     assert pointer in schema_error(values)
@@ -1126,7 +1357,14 @@ def test_defaults_and_ci_variants_pass_the_schema():
                    {"controllers": ["endpointslice-controller", "-endpointslice-mirroring-controller",
                                     "endpoints-controller"]},
                    {"logging": {"verbosity": 0}}, {"logging": {"verbosity": None}},
-                   {"webhook": {"certMode": "self"}}, {"webhook": {"check": {"timeout": "1m30s"}}}):
+                   {"webhook": {"certMode": "self"}}, {"webhook": {"check": {"timeout": "1m30s"}}},
+                   {"metrics": {"secure": {"port": 1}}}, {"metrics": {"secure": {"port": 65535}}},
+                   {"metrics": {"secure": {"enabled": False, "certSecret": "a.b-c", "readerClusterRole": False}}},
+                   {"metrics": {"secure": {"readers": [
+                       {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"},
+                       {"kind": "ServiceAccount", "name": "p", "namespace": "m", "apiGroup": ""},
+                       {"kind": "Group", "name": "system:monitoring"},
+                       {"kind": "User", "name": "u", "apiGroup": "rbac.authorization.k8s.io"}]}}}):
             chart.validate_schema(ok)
 
 

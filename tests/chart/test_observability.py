@@ -147,13 +147,13 @@ ALLOWED = allowed_metrics()
 def test_readme_metrics_table_is_read():
     names = readme_metrics()
     # one of each form: plain, `..._x` abbreviation, {a,b} alternatives, trailing {label}
-    for want in ("workqueue_depth", "svcplane_build_info", "endpoint_slice_controller_syncs_total",
+    for want in ("workqueue_depth", "svcplane_build_info", "endpoint_slice_controller_syncs",
                  "endpoint_slice_controller_endpoints_removed_per_sync",
                  "endpoint_slice_controller_desired_endpoint_slices",
                  "endpoint_slice_mirroring_controller_endpoints_updated_per_sync",
                  "endpoint_slice_mirroring_controller_endpoints_sync_duration",
                  "endpoint_slice_mirroring_controller_num_endpoint_slices",
-                 "endpoint_slice_mirroring_controller_changes_total",
+                 "endpoint_slice_mirroring_controller_changes",
                  "kube_apiserver_clusterip_allocator_available_ips",
                  "kube_apiserver_nodeport_allocator_allocation_errors_total",
                  "svcplane_webhook_claim_repair_passes_total"):
@@ -339,7 +339,7 @@ def test_dashboard_covers_the_promised_metrics():
     for where, expr in dashboard_exprs(dashboard()).items():
         used |= {metric_name(s) for s in selectors(parse(expr, where))}
     want = {
-        "leader_election_master_status", "endpoint_slice_controller_syncs_total", "svcplane_api_writes_total",
+        "leader_election_master_status", "endpoint_slice_controller_syncs", "svcplane_api_writes_total",
         "svcplane_api_write_errors_total", "svcplane_reconcile_duration_seconds_bucket", "workqueue_depth",
         "workqueue_adds_total", "workqueue_retries_total", "workqueue_work_duration_seconds_bucket",
         "svcplane_cache_objects", "svcplane_webhook_reviews_total", "svcplane_webhook_review_duration_seconds_bucket",

@@ -149,11 +149,7 @@ impl SvcplaneProcess {
     /// The value of the sample `series` (name with labels, as exposed) on `/metrics`.
     pub fn metric(&self, series: &str) -> Option<f64> {
         let (_, body) = self.admin_get("/metrics").ok()?;
-        body.lines().find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-        })
+        sample(&body, series)
     }
 }
 
@@ -242,16 +238,7 @@ impl SharedRun {
 
     /// The value of the sample `series` on `/metrics` (0 when absent).
     pub fn metric(&self, series: &str) -> f64 {
-        let Ok((_, body)) = http_get(self.admin, "/metrics") else {
-            return 0.0;
-        };
-        body.lines()
-            .find_map(|l| {
-                l.strip_prefix(series)
-                    .and_then(|rest| rest.strip_prefix(' '))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0.0)
+        sample(&self.metrics_text(), series).unwrap_or(0.0)
     }
 
     /// Writes the controllers made so far.
@@ -290,4 +277,36 @@ fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// GET `path` over HTTPS on `addr`, accepting any certificate (a secure metrics port's
+/// is self-signed), with `token` as the bearer token when given: (status, body).
+pub async fn https_get(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use http_body_util::BodyExt;
+    let mut config = kube::Config::new(format!("https://{addr}").parse()?);
+    config.accept_invalid_certs = true;
+    let client = kube::Client::try_from(config)?;
+    let mut request = http::Request::get(path);
+    if let Some(t) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let response = client
+        .send(request.body(kube::client::Body::empty())?)
+        .await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The value of the sample `series` (name with labels, as exposed) in a `/metrics` text.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }

@@ -166,3 +166,34 @@ pub async fn get_endpoints(
         .await
         .with_context(|| format!("getting endpoints {name}"))
 }
+
+/// Creates the ServiceAccount `name` in `namespace` (if missing) and returns a token
+/// for it from the TokenRequest API, as a pod's projected token would be.
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), namespace);
+    if accounts.get_opt(name).await?.is_none() {
+        let mut sa = ServiceAccount::default();
+        sa.metadata.name = Some(name.to_owned());
+        accounts.create(&PostParams::default(), &sa).await?;
+    }
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let issued = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?;
+    issued
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| anyhow::anyhow!("TokenRequest for {namespace}/{name} returned no token"))
+}

@@ -7,7 +7,7 @@
 //! exactly the args and env of the rendered Deployment, authenticated as the chart's
 //! ServiceAccount (a kubeconfig that impersonates `system:serviceaccount:kube-system:
 //! <sa>` with the groups a pod's token carries). Only what cannot work outside a pod
-//! changes: `--kubeconfig` is added, the two bind addresses move to free loopback
+//! changes: `--kubeconfig` is added, the bind addresses move to free loopback
 //! ports, and 127.0.0.1 joins the self-managed certificate's hosts (the API server
 //! reaches this process at 127.0.0.1, not through the chart's Service).
 //!
@@ -15,7 +15,9 @@
 //! pointed at that loopback address and no `caBundle`: svcplane must publish the
 //! bundle itself (`get`/`patch` on those names) before the API server can call it.
 //!
-//! The process must become ready and lead (Lease in kube-system), publish the
+//! The process must become ready and lead (Lease in kube-system, read from its secure
+//! metrics port with the token of a ServiceAccount bound to the chart's reader role,
+//! which needs the chart's TokenReview/SubjectAccessReview grants), publish the
 //! bundle, answer admission reviews by claiming ClusterIPs (AllocationClaim creates),
 //! write EndpointSlices and Endpoints for a Service with ready Pods, mirror a
 //! custom Endpoints object, and log nothing forbidden: no 403 anywhere in its stderr.
@@ -35,10 +37,12 @@ use serde_json::{Value, json};
 use svcplane_allocator::Claim;
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::LABEL_MANAGED_BY;
-use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder, svcplane_bin_or_skip};
+use svcplane_tests::binary::{
+    SvcplaneProcess, free_port, https_get, lease_holder, sample, svcplane_bin_or_skip,
+};
 use svcplane_tests::envtest::{self, Cluster, Flavor};
 use svcplane_tests::objects::{
-    create_node, create_pods, create_service, get_endpoints, list_slices,
+    create_node, create_pods, create_service, get_endpoints, list_slices, service_account_token,
 };
 use svcplane_tests::skip::{Skip, skip};
 use svcplane_tests::webhook_env::{as_yaml, kubectl, kubectl_ok, yaml_documents};
@@ -208,6 +212,7 @@ fn local_args_and_env(
     kubeconfig: &Path,
     admin: &str,
     webhook: &str,
+    secure_metrics: &str,
 ) -> (Vec<String>, Vec<(String, String)>) {
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let rendered: Vec<String> = container["args"]
@@ -228,6 +233,8 @@ fn local_args_and_env(
             if a.starts_with("--metrics-bind-address=") {
                 metrics = true;
                 format!("--metrics-bind-address={admin}")
+            } else if a.starts_with("--secure-metrics-bind-address=") {
+                format!("--secure-metrics-bind-address={secure_metrics}")
             } else if a.starts_with("--webhook-bind-address=") {
                 webhook_bind = true;
                 format!("--webhook-bind-address={webhook}")
@@ -423,6 +430,7 @@ async fn the_chart_rbac_is_enough_for_the_shipped_binary() {
     // 3. The chart's webhook configurations, pointed at this process, no caBundle.
     let admin_port = free_port();
     let webhook_port = free_port();
+    let secure_port = free_port();
     let mut webhook_configs: Vec<Value> = docs
         .iter()
         .filter(|d| WEBHOOK_KINDS.iter().any(|k| d["kind"] == *k))
@@ -448,12 +456,58 @@ async fn the_chart_rbac_is_enough_for_the_shipped_binary() {
 
     // 4. `svcplane run` as the Deployment runs it, as the ServiceAccount.
     let admin = format!("127.0.0.1:{admin_port}");
+    let secure: std::net::SocketAddr = format!("127.0.0.1:{secure_port}").parse().unwrap();
     let (args, env) = local_args_and_env(
         deployment,
         &sa_kubeconfig,
         &admin,
         &format!("127.0.0.1:{webhook_port}"),
+        &secure.to_string(),
     );
+    // The chart serves /metrics on its secure port by default: read it as Prometheus
+    // would, with the token of a ServiceAccount bound to the chart's reader role
+    // (svcplane, as the chart's ServiceAccount, then needs its TokenReview and
+    // SubjectAccessReview grants).
+    let secure_on = args
+        .iter()
+        .any(|a| a.starts_with("--secure-metrics-bind-address="));
+    let reader_token = if secure_on {
+        let reader_role = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ClusterRole"
+                    && d["rules"].as_array().into_iter().flatten().any(|r| {
+                        r["nonResourceURLs"]
+                            .as_array()
+                            .is_some_and(|u| u.iter().any(|u| u == "/metrics"))
+                    })
+            })
+            .expect("the chart's metrics reader ClusterRole (secure metrics are on)");
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "svcplane-rbac-test-prometheus"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": reader_role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": "rbac-test-prometheus",
+                          "namespace": RELEASE_NAMESPACE}],
+        });
+        kubectl_ok(
+            &cluster.kubeconfig,
+            &["apply", "-f", "-"],
+            &as_yaml(std::slice::from_ref(&binding)),
+        );
+        applied.push(binding);
+        applied.push(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "rbac-test-prometheus", "namespace": RELEASE_NAMESPACE}}));
+        Some(
+            service_account_token(&client, RELEASE_NAMESPACE, "rbac-test-prometheus")
+                .await
+                .unwrap(),
+        )
+    } else {
+        None
+    };
     let log = dir.join("svcplane.stderr");
     let mut through_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     through_env.push(bin.display().to_string());
@@ -494,8 +548,22 @@ async fn the_chart_rbac_is_enough_for_the_shipped_binary() {
         Duration::from_secs(30),
         &log,
         || async {
-            run.metric("leader_election_master_status{name=\"svcplane\"}") == Some(1.0)
-                && lease_holder(&client, RELEASE_NAMESPACE).await.as_deref() == Some(POD_NAME)
+            let series = "leader_election_master_status{name=\"svcplane\"}";
+            let leads = match &reader_token {
+                Some(token) => match https_get(secure, "/metrics", Some(token)).await {
+                    Ok((200, text)) => sample(&text, series) == Some(1.0),
+                    Ok((code, text)) if code != 403 => {
+                        panic!(
+                            "the secure metrics port answered {code}: {text}\n{}",
+                            stderr_of(&log)
+                        )
+                    }
+                    // RBAC objects just made may not have reached the authorizer yet.
+                    _ => false,
+                },
+                None => run.metric(series) == Some(1.0),
+            };
+            leads && lease_holder(&client, RELEASE_NAMESPACE).await.as_deref() == Some(POD_NAME)
         },
     )
     .await;

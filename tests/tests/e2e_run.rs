@@ -340,3 +340,126 @@ async fn an_unreachable_api_server_is_retried_not_a_crash() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The secure metrics port (`--secure-metrics-bind-address`) of the shipped binary on
+/// kube-apiserver: `/metrics` over HTTPS for a token RBAC allows `get` on the path,
+/// 403 for a valid token without that grant and for no token (system:anonymous), 401
+/// for a token the API server rejects; the plain port then answers probes only. The
+/// text is kube-controller-manager's format (its bare-named counters included).
+#[tokio::test]
+async fn the_secure_metrics_port_serves_those_rbac_allows() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{DeleteParams, PostParams};
+    use svcplane_tests::binary::{https_get, sample};
+    use svcplane_tests::objects::service_account_token;
+
+    let _one = SERIAL.lock().await;
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_run") else {
+        return;
+    };
+    let Some(bin) = svcplane_bin_or_skip("e2e_run") else {
+        return;
+    };
+    let client = cluster.client().await.unwrap();
+    let ns = envtest::create_namespace(&client, "svcplane-metrics-")
+        .await
+        .unwrap();
+    let role_name = format!("{ns}-metrics-reader");
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": role_name},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": role_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
+    }))
+    .unwrap();
+    let roles = Api::<ClusterRole>::all(client.clone());
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let reader = service_account_token(&client, &ns, "prometheus")
+        .await
+        .unwrap();
+    let stranger = service_account_token(&client, &ns, "stranger")
+        .await
+        .unwrap();
+
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let secure: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let args: Vec<String> = vec![
+        "run".into(),
+        "--webhook=false".into(),
+        "--leader-elect=false".into(),
+        "--controllers=endpointslice".into(),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--metrics-bind-address={admin}"),
+        format!("--secure-metrics-bind-address={secure}"),
+    ];
+    let mut p = SvcplaneProcess::spawn(&bin, "secure-metrics", &args, Some(admin));
+    p.wait_ready(Duration::from_secs(60)).await;
+
+    // The bindings just made take a moment to reach the authorizer.
+    let mut last = (0, String::new());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        last = https_get(secure, "/metrics", Some(&reader)).await.unwrap();
+        if last.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (code, text) = last;
+    assert_eq!(code, 200, "the bound ServiceAccount reads /metrics: {text}");
+    assert!(
+        text.contains("# TYPE endpoint_slice_controller_syncs counter")
+            || text.contains("# TYPE workqueue_adds_total counter"),
+        "kube-controller-manager's text format: {text}"
+    );
+    assert!(!text.contains("# EOF"), "not OpenMetrics: {text}");
+    assert!(
+        sample(&text, "workqueue_depth{name=\"endpoint_slice\"}").is_some(),
+        "{text}"
+    );
+
+    let (code, body) = https_get(secure, "/metrics", Some(&stranger))
+        .await
+        .unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{ns}:stranger")),
+        "{body}"
+    );
+    let (code, body) = https_get(secure, "/metrics", None).await.unwrap();
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("system:anonymous"), "{body}");
+    let (code, body) = https_get(secure, "/metrics", Some("not-a-token"))
+        .await
+        .unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert_eq!(
+        https_get(secure, "/readyz", Some(&reader)).await.unwrap().0,
+        404
+    );
+
+    // The plain port: probes only.
+    assert_eq!(p.admin_get("/readyz").unwrap().0, 200);
+    let (code, body) = p.admin_get("/metrics").unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains(&secure.to_string()), "{body}");
+
+    p.signal("TERM");
+    assert_eq!(
+        p.wait(Duration::from_secs(20)),
+        Some(0),
+        "clean exit on SIGTERM"
+    );
+    let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+    let _ = roles.delete(&role_name, &DeleteParams::default()).await;
+    envtest::delete_namespace(&client, &ns).await;
+}

@@ -75,6 +75,8 @@ pub mod users {
     pub const LEADER_ELECTION: &str = "leader-election";
     /// The admission webhook's watches and claims.
     pub const WEBHOOK: &str = "webhook";
+    /// The secure metrics port's TokenReviews and SubjectAccessReviews.
+    pub const METRICS_AUTH: &str = "metrics-auth";
     // Each controller's user is named in its registry entry (`shell::registry`).
 }
 

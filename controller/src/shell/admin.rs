@@ -1,5 +1,7 @@
 //! The admin server: plain HTTP with `/metrics`, `/livez` and `/readyz`, on
-//! `--metrics-bind-address` (README, "Probes and metrics").
+//! `--metrics-bind-address` (README, "Probes and metrics"). With the secure metrics
+//! port on, `/metrics` is served there only and this port answers probes alone, so
+//! nobody who merely reaches the pod reads the metrics.
 //!
 //! `/readyz` answers what the kubelet needs to route webhook traffic: whether this
 //! replica can serve admission reviews (certificate loaded, allocation watches
@@ -23,6 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::exposition;
 use super::metrics::Metrics;
 
 /// How often the liveness heartbeat ticks, and how late it may be.
@@ -41,6 +44,8 @@ struct Admin {
     /// Milliseconds since `started` at the last heartbeat.
     heartbeat: Arc<AtomicU64>,
     shutdown: CancellationToken,
+    /// Where `/metrics` is served instead, if not here.
+    metrics_elsewhere: Option<SocketAddr>,
 }
 
 /// The admin routes (for tests through `tower::ServiceExt::oneshot`).
@@ -53,12 +58,16 @@ fn router(admin: Admin) -> Router {
 }
 
 async fn metrics(State(a): State<Admin>) -> Response {
+    if let Some(secure) = a.metrics_elsewhere {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("/metrics is served on the secure port {secure} (HTTPS, bearer token)\n"),
+        )
+            .into_response();
+    }
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        a.metrics.encode(),
+        [(header::CONTENT_TYPE, exposition::PROMETHEUS_TEXT)],
+        exposition::to_prometheus_text(&a.metrics.encode()),
     )
         .into_response()
 }
@@ -102,8 +111,10 @@ pub(crate) struct AdminServer {
 
 /// Binds and serves until `shutdown` has fired and `stop` fires (the admin server
 /// outlives the drain, so `/readyz` reports "shutting down" meanwhile).
+/// `metrics_elsewhere`: the secure metrics port's address when it serves `/metrics`.
 pub(crate) async fn serve(
     bind: SocketAddr,
+    metrics_elsewhere: Option<SocketAddr>,
     metrics: Metrics,
     ready: ReadinessCheck,
     shutdown: CancellationToken,
@@ -117,6 +128,7 @@ pub(crate) async fn serve(
         started: Instant::now(),
         heartbeat: Arc::new(AtomicU64::new(0)),
         shutdown,
+        metrics_elsewhere,
     };
     let beat = admin.heartbeat.clone();
     let started = admin.started;
@@ -131,7 +143,10 @@ pub(crate) async fn serve(
         }
     });
     let app = router(admin);
-    info!(address = %local_addr, "admin server listening (/metrics, /livez, /readyz)");
+    match metrics_elsewhere {
+        None => info!(address = %local_addr, "admin server listening (/metrics, /livez, /readyz)"),
+        Some(_) => info!(address = %local_addr, "admin server listening (/livez, /readyz)"),
+    }
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
@@ -180,6 +195,7 @@ mod tests {
             started: Instant::now(),
             heartbeat: Arc::new(AtomicU64::new(0)),
             shutdown: shutdown.clone(),
+            metrics_elsewhere: None,
         };
         let app = router(admin);
         assert_eq!(get(&app, "/livez").await.0, StatusCode::OK);
@@ -193,6 +209,11 @@ mod tests {
         assert!(
             body.contains("endpoint_slice_controller_endpoints_added_per_sync"),
             "{body}"
+        );
+        assert!(
+            body.contains("# TYPE svcplane_events_dropped_total counter\n")
+                && !body.contains("# EOF"),
+            "kube-controller-manager's text format: {body}"
         );
         shutdown.cancel();
         assert_eq!(
@@ -210,11 +231,32 @@ mod tests {
             started: Instant::now(),
             heartbeat: Arc::new(AtomicU64::new(0)),
             shutdown: CancellationToken::new(),
+            metrics_elsewhere: None,
         };
         let app = router(admin);
         tokio::time::advance(Duration::from_secs(31)).await;
         let (code, body) = get(&app, "/livez").await;
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("late"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn with_the_secure_port_on_the_plain_port_serves_probes_only() {
+        let secure: SocketAddr = "127.0.0.1:10257".parse().unwrap();
+        let admin = Admin {
+            metrics: Metrics::new(),
+            ready: Arc::new(|| Ok(Vec::new())),
+            started: Instant::now(),
+            heartbeat: Arc::new(AtomicU64::new(0)),
+            shutdown: CancellationToken::new(),
+            metrics_elsewhere: Some(secure),
+        };
+        let app = router(admin);
+        let (code, body) = get(&app, "/metrics").await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(body.contains("127.0.0.1:10257"), "{body}");
+        assert!(!body.contains("workqueue"), "{body}");
+        assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(&app, "/livez").await.0, StatusCode::OK);
     }
 }

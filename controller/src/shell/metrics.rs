@@ -1,12 +1,14 @@
-//! Prometheus metrics of `svcplane run`, served in OpenMetrics text at `/metrics`.
+//! Prometheus metrics of `svcplane run`, served at `/metrics` in the text format
+//! kube-controller-manager serves ([`super::exposition`]).
 //!
 //! Where kube-controller-manager has a metric, svcplane exposes the same name, type,
 //! labels and buckets (ES-2.13, MR-5.4; client-go's `workqueue_*`;
 //! `leader_election_master_status`), so dashboards and alerts written for upstream keep
-//! working. OpenMetrics requires counters to end in `_total`, so upstream's
-//! `endpoint_slice_controller_changes` appears as `endpoint_slice_controller_changes_total`
-//! (prometheus-client adds the suffix). svcplane's own figures carry the `svcplane_`
-//! prefix. Label values are bounded (verbs, resources, results), never object names.
+//! working. prometheus-client encodes OpenMetrics, which appends `_total` to every
+//! counter; the exposition step takes it off again for upstream's counters registered
+//! without it (`endpoint_slice_controller_changes`, ...). svcplane's own figures carry
+//! the `svcplane_` prefix. Label values are bounded (verbs, resources, results), never
+//! object names.
 
 use std::fmt;
 use std::sync::Arc;
@@ -508,7 +510,8 @@ impl Metrics {
             .push(Box::new(hook));
     }
 
-    /// The OpenMetrics text exposition.
+    /// The OpenMetrics text exposition (`/metrics` serves it rewritten by
+    /// [`super::exposition::to_prometheus_text`]).
     pub fn encode(&self) -> String {
         for hook in self
             .0

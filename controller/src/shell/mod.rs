@@ -9,7 +9,8 @@
 //! - [`apply`]: API writes and their error classification;
 //! - [`events`]: events.k8s.io/v1 recording off the sync path;
 //! - [`metrics`], [`admin`]: Prometheus metrics and the `/metrics`, `/livez`,
-//!   `/readyz` server;
+//!   `/readyz` server; [`exposition`]: the text format upstream serves;
+//!   [`secure_metrics`], [`metrics_auth`]: `/metrics` over HTTPS for those RBAC allows;
 //! - [`options`]: the controllers' settings;
 //! - [`registry`]: the table of controllers `svcplane run` can run;
 //! - [`runtime`]: starting and stopping the controllers as a unit.
@@ -19,9 +20,12 @@ pub(crate) mod apply;
 pub mod cache;
 pub(crate) mod controllers;
 pub(crate) mod events;
+pub mod exposition;
 pub mod metrics;
+pub(crate) mod metrics_auth;
 pub mod options;
 pub(crate) mod queue;
 pub(crate) mod registry;
 pub mod runtime;
+pub mod secure_metrics;
 pub(crate) mod watch;

@@ -458,6 +458,32 @@ fn new_cert(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A self-signed serving certificate for `hosts` (certificate PEM, key PEM), valid from
+/// `now` (backdated) for `validity`: for listeners whose clients do not check the
+/// chain, such as the secure metrics port without `--metrics-tls-cert-file` (as
+/// kube-controller-manager generates one when its secure port has no files).
+pub fn self_signed(
+    hosts: &[String],
+    validity: Duration,
+    now: i64,
+) -> Result<(String, String), CertError> {
+    let mut params = CertificateParams::new(hosts.to_vec()).map_err(issue_err)?;
+    let common_name = hosts.first().map_or("localhost", String::as_str);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{common_name}@{now}"));
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_before = datetime(now - BACKDATE.as_secs() as i64)?;
+    params.not_after = datetime(now.saturating_add(validity.as_secs() as i64))?;
+    let key = KeyPair::generate().map_err(issue_err)?;
+    let cert = params.self_signed(&key).map_err(issue_err)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 /// The PEM blocks of a bundle paired with what they say, so pruning keeps text as is.
 fn bundle_blocks(bundle: &str) -> Vec<String> {
     const END: &str = "-----END CERTIFICATE-----";

@@ -247,3 +247,21 @@ fn ip_hosts_are_compared_as_addresses() {
     );
     assert_eq!(decide(Some(&i), &s, T0).0, Action::Keep);
 }
+
+#[test]
+fn a_self_signed_serving_certificate_names_its_hosts_and_lifetime() {
+    let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let (cert, key) = self_signed(&hosts, Duration::from_secs((365 * DAY) as u64), T0).unwrap();
+    let der = pems("tls.crt", &cert).unwrap();
+    let c = info(&parse("tls.crt", &der[0]).unwrap());
+    assert!(!c.is_ca);
+    assert_eq!(
+        c.hosts,
+        BTreeSet::from(["localhost".to_owned(), "127.0.0.1".to_owned()])
+    );
+    assert_eq!(c.not_before, T0 - HOUR, "backdated for clock skew");
+    assert_eq!(c.not_after, T0 + 365 * DAY);
+    assert!(key.contains("PRIVATE KEY"));
+    // A rustls server accepts the pair.
+    assert!(crate::tls::CertReloader::from_pem("test", cert.as_bytes(), key.as_bytes()).is_ok());
+}
