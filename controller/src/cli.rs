@@ -393,6 +393,14 @@ pub struct RunArgs {
           value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
     pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
 
+    /// With batch periods of 0: a Service synced less than this long ago waits out the
+    /// rest before its next sync for a Pod added or turning ready, writing everything
+    /// that changed meanwhile at once; Pods withdrawn never wait, and a Service not
+    /// synced recently is synced at once. 0 syncs every change at once, as upstream.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
+          default_value = "100ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
+    pub write_coalescing_window: std::time::Duration,
+
     /// Services synced at once by the EndpointSlice controller (1..=50).
     #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
           default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),

@@ -36,6 +36,7 @@ use crate::shell::admin;
 use crate::shell::cache::{Cache, Resource};
 use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
 use crate::shell::metrics::Metrics;
+use crate::shell::options::Coalescing;
 use crate::shell::runtime::{self, ControllerOptions, Controllers};
 use crate::shell::secure_metrics::{self, SecureMetrics};
 
@@ -119,10 +120,12 @@ impl RunOptions {
                 max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
                 workers: usize::from(args.concurrent_service_endpoint_syncs),
                 batch_period: args.endpointslice_updates_batch_period.unwrap_or(batch),
+                coalescing: Coalescing::from_window(args.write_coalescing_window),
             },
             endpoints: endpoints::Config {
                 batch_period: batch,
                 workers: usize::from(args.concurrent_endpoint_syncs),
+                coalescing: Coalescing::from_window(args.write_coalescing_window),
             },
             mirroring: mirroring::Config {
                 max_endpoints_per_subset: usize::from(args.mirroring_max_endpoints_per_subset),

@@ -66,6 +66,23 @@ impl TokenBucket {
         }
     }
 
+    /// How long until a whole token is there, without taking one (zero: one is there
+    /// now, or the bucket does not limit).
+    pub(crate) fn until_token(&self, now: Instant) -> Duration {
+        if !self.is_limited() {
+            return Duration::ZERO;
+        }
+        let refill = self.last.map_or(0.0, |last| {
+            now.saturating_duration_since(last).as_secs_f64() * self.qps
+        });
+        let tokens = (self.tokens + refill).min(self.burst);
+        if tokens >= 1.0 - TOKEN_EPSILON {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - tokens) / self.qps).max(Duration::from_millis(1))
+        }
+    }
+
     /// Take a token now, into debt if need be; how long until it would have existed.
     pub(crate) fn reserve(&mut self, now: Instant) -> Duration {
         if !self.is_limited() {
@@ -84,6 +101,21 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn until_token_looks_without_taking() {
+        let mut b = TokenBucket::new(10.0, 1);
+        let t0 = Instant::now();
+        assert_eq!(b.until_token(t0), Duration::ZERO);
+        assert_eq!(b.until_token(t0), Duration::ZERO, "looking took nothing");
+        assert_eq!(b.take(t0), Ok(()));
+        assert_eq!(b.until_token(t0), Duration::from_millis(100));
+        assert_eq!(
+            b.until_token(t0 + Duration::from_millis(100)),
+            Duration::ZERO
+        );
+        assert_eq!(TokenBucket::new(0.0, 1).until_token(t0), Duration::ZERO);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn take_spends_the_burst_then_waits_for_whole_tokens() {

@@ -224,6 +224,22 @@ pub fn is_terminating<P: PodView>(pod: &P) -> bool {
     pod.deletion_timestamp().is_some()
 }
 
+/// Whether a Pod update takes something away from the endpoints built from it: the
+/// Pod stops being ready, starts terminating, turns terminal, loses or changes an IP
+/// it had,
+/// or changes labels (it may leave a selector). Such changes are synced at once; the
+/// others (a Pod added, turning ready, status details) may wait briefly to be written
+/// together with the changes that follow them (see `shell::queue`, write coalescing),
+/// because a missing new endpoint costs capacity while a stale old one costs failed
+/// connections.
+pub fn update_withdraws<P: PodView>(old: &P, new: &P) -> bool {
+    (is_ready(old) && !is_ready(new))
+        || (!is_terminating(old) && is_terminating(new))
+        || (!is_terminal(old) && is_terminal(new))
+        || (has_ip(old) && (!old.pod_ips().eq(new.pod_ips()) || old.pod_ip() != new.pod_ip()))
+        || !old.labels().eq(new.labels())
+}
+
 /// Why a Pod cannot be an endpoint at all (ES-1.2), in the order
 /// the rules are checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -531,5 +547,41 @@ mod tests {
         );
         let sp = svc_port(IntOrString::String("odd".into()), "TCP");
         assert_eq!(find_port(&p, &sp), Some(-1));
+    }
+
+    #[test]
+    fn updates_that_withdraw_an_endpoint_are_told_from_those_that_add() {
+        use crate::core::fixtures::pod;
+        let base = || pod("a", "web").ip("10.0.0.1");
+        let withdraws = |old: Pod, new: Pod| update_withdraws(&old, &new);
+        assert!(withdraws(
+            base().ready().build(),
+            base().not_ready().build()
+        ));
+        assert!(withdraws(
+            base().ready().build(),
+            base().ready().terminating().build()
+        ));
+        assert!(withdraws(
+            base().ready().build(),
+            base().ready().phase("Failed").build()
+        ));
+        assert!(withdraws(
+            base().ready().build(),
+            pod("a", "web").ip("10.0.0.2").ready().build()
+        ));
+        assert!(withdraws(
+            base().ready().build(),
+            base().ready().label("tier", "x").build()
+        ));
+        assert!(!withdraws(
+            base().not_ready().build(),
+            base().ready().build()
+        ));
+        assert!(!withdraws(
+            pod("a", "web").not_ready().build(),
+            base().not_ready().build()
+        ));
+        assert!(!withdraws(base().ready().build(), base().ready().build()));
     }
 }

@@ -57,7 +57,10 @@ fn identify(config: &mut Config, user: &str) {
 /// budget, and its informers another; `svcplane run` does the same, so the same flags
 /// allow the same request rates.
 #[derive(Clone)]
-pub struct Clients(std::sync::Arc<dyn Fn(&'static str) -> Client + Send + Sync>);
+#[allow(clippy::type_complexity)] // one closure type, named by this struct
+pub struct Clients(
+    std::sync::Arc<dyn Fn(&'static str) -> (Client, Option<ratelimit::ClientBudget>) + Send + Sync>,
+);
 
 impl std::fmt::Debug for Clients {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,7 +86,22 @@ pub mod users {
 impl Clients {
     /// A client per user from `make`.
     pub fn per_user(make: impl Fn(&'static str) -> Client + Send + Sync + 'static) -> Self {
-        Self(std::sync::Arc::new(make))
+        Self(std::sync::Arc::new(move |user| (make(user), None)))
+    }
+
+    /// A client per user from `make` (called once per user), each with the budget
+    /// of its rate limiter.
+    pub fn per_user_limited(
+        make: impl Fn(&'static str) -> (Client, ratelimit::ClientBudget) + Send + Sync + 'static,
+    ) -> Self {
+        let made = std::sync::Mutex::new(std::collections::HashMap::new());
+        Self(std::sync::Arc::new(move |user| {
+            let mut made = made
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (client, budget) = made.entry(user).or_insert_with(|| make(user)).clone();
+            (client, Some(budget))
+        }))
     }
 
     /// One client for every user (tests).
@@ -92,7 +110,12 @@ impl Clients {
     }
 
     pub fn get(&self, user: &'static str) -> Client {
-        (self.0)(user)
+        (self.0)(user).0
+    }
+
+    /// The request budget of `user`'s client, when it is rate-limited.
+    pub fn budget(&self, user: &'static str) -> Option<ratelimit::ClientBudget> {
+        (self.0)(user).1
     }
 }
 
@@ -116,28 +139,23 @@ pub async fn connect_limited(
         .authority()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let limited = move |config: Config| -> anyhow::Result<Client> {
+    let limited = move |config: Config| -> anyhow::Result<(Client, ratelimit::ClientBudget)> {
+        let limiter = ratelimit::RateLimitLayer::new(qps, burst).for_host(host.clone());
+        let budget = limiter.budget();
         // Limiter outermost: its wait is not part of the request's own latency.
-        Ok(kube::client::ClientBuilder::try_from(config)
+        let client = kube::client::ClientBuilder::try_from(config)
             .context("building the API client")?
             .with_layer(&client_metrics::MeteredLayer::new(host.clone()))
-            .with_layer(&ratelimit::RateLimitLayer::new(qps, burst).for_host(host.clone()))
-            .build())
+            .with_layer(&limiter)
+            .build();
+        Ok((client, budget))
     };
     // Building from this configuration works once, so it works for every user.
     let fallback = limited(config.clone())?;
-    let made = std::sync::Mutex::new(std::collections::HashMap::new());
-    Ok(Clients::per_user(move |user| {
-        let mut made = made
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        made.entry(user)
-            .or_insert_with(|| {
-                let mut config = config.clone();
-                identify(&mut config, user);
-                limited(config).unwrap_or_else(|_| fallback.clone())
-            })
-            .clone()
+    Ok(Clients::per_user_limited(move |user| {
+        let mut config = config.clone();
+        identify(&mut config, user);
+        limited(config).unwrap_or_else(|_| fallback.clone())
     }))
 }
 

@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
@@ -19,11 +20,12 @@ use tower::{Layer, Service};
 
 use crate::token_bucket::TokenBucket;
 
-/// Limits requests to `qps` per second on average with bursts of `burst`.
-#[derive(Debug, Clone, PartialEq)]
+/// Limits requests to `qps` per second on average with bursts of `burst`. The
+/// services made from one layer share its bucket, which [`RateLimitLayer::budget`]
+/// shows to whoever schedules the requests (the work queues pace themselves by it).
+#[derive(Debug, Clone)]
 pub struct RateLimitLayer {
-    qps: f64,
-    burst: u32,
+    budget: ClientBudget,
     /// The API server's `host:port`, for the limiter-wait metric.
     host: String,
 }
@@ -32,10 +34,14 @@ impl RateLimitLayer {
     /// A limiter; `qps <= 0` turns limiting off. A burst below 1 is read as 1.
     pub fn new(qps: f64, burst: u32) -> Self {
         Self {
-            qps,
-            burst: burst.max(1),
+            budget: ClientBudget(Arc::new(Mutex::new(TokenBucket::new(qps, burst.max(1))))),
             host: String::new(),
         }
+    }
+
+    /// The bucket this layer's requests draw from.
+    pub fn budget(&self) -> ClientBudget {
+        self.budget.clone()
     }
 
     /// Report waits under this API server `host`.
@@ -50,9 +56,34 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimited<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let mut limited = RateLimited::new(inner, self.qps, self.burst);
-        limited.host.clone_from(&self.host);
-        limited
+        RateLimited {
+            inner,
+            budget: self.budget.clone(),
+            holding: false,
+            sleep: None,
+            waiting_since: None,
+            waited: std::time::Duration::ZERO,
+            host: self.host.clone(),
+        }
+    }
+}
+
+/// A client's request budget, shared with its limiter. A work queue reads it to keep
+/// keys queued (where further changes merge into them) while the client has no token
+/// for their writes, instead of computing writes that would only wait in the limiter
+/// and be outdated when sent (`shell::queue`, write coalescing).
+#[derive(Debug, Clone)]
+pub struct ClientBudget(Arc<Mutex<TokenBucket>>);
+
+impl ClientBudget {
+    fn bucket(&self) -> MutexGuard<'_, TokenBucket> {
+        // Every bucket operation completes its updates before anything can panic.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long until the client could send a request (zero: now).
+    pub fn until_token(&self) -> std::time::Duration {
+        self.bucket().until_token(Instant::now())
     }
 }
 
@@ -71,7 +102,7 @@ impl<B> RequestVerb for axum::http::Request<B> {
 #[derive(Debug)]
 pub struct RateLimited<S> {
     inner: S,
-    bucket: TokenBucket,
+    budget: ClientBudget,
     /// A token taken in `poll_ready` for the next `call`.
     holding: bool,
     sleep: Option<Pin<Box<Sleep>>>,
@@ -84,15 +115,7 @@ pub struct RateLimited<S> {
 
 impl<S> RateLimited<S> {
     pub fn new(inner: S, qps: f64, burst: u32) -> Self {
-        Self {
-            inner,
-            bucket: TokenBucket::new(qps, burst),
-            holding: false,
-            sleep: None,
-            waiting_since: None,
-            waited: std::time::Duration::ZERO,
-            host: String::new(),
-        }
+        RateLimitLayer::new(qps, burst).layer(inner)
     }
 }
 
@@ -106,7 +129,7 @@ where
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        if self.bucket.is_limited() {
+        if self.budget.bucket().is_limited() {
             while !self.holding {
                 if let Some(sleep) = self.sleep.as_mut() {
                     if sleep.as_mut().poll(cx).is_pending() {
@@ -115,7 +138,8 @@ where
                     self.sleep = None;
                 }
                 let now = Instant::now();
-                match self.bucket.take(now) {
+                let taken = self.budget.bucket().take(now);
+                match taken {
                     Ok(()) => {
                         self.holding = true;
                         self.waited = self
@@ -134,7 +158,7 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        if self.bucket.is_limited()
+        if self.budget.bucket().is_limited()
             && let Some(verb) = request.verb()
         {
             super::client_metrics::rate_limited(&self.host, verb, self.waited);

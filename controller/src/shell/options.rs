@@ -9,6 +9,39 @@ use super::controllers::endpointslice as es;
 use super::controllers::mirroring as mirror;
 use super::controllers::servicecidr as cidr;
 
+/// Write coalescing of the EndpointSlice and Endpoints controllers
+/// (`--write-coalescing-window`; `shell::queue`): how long after a Service's last sync a
+/// Pod change waits to be synced, merged with the changes that follow it. Changes that
+/// withdraw an endpoint wait far less than those that add one, and never behind them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Coalescing {
+    /// For a Pod added or turning ready.
+    pub additions: std::time::Duration,
+    /// For a Pod withdrawn (not ready, terminating, gone, relabelled, re-addressed).
+    pub withdrawals: std::time::Duration,
+}
+
+impl Coalescing {
+    /// No coalescing: every change is synced at once, as upstream.
+    pub const OFF: Coalescing = Coalescing {
+        additions: std::time::Duration::ZERO,
+        withdrawals: std::time::Duration::ZERO,
+    };
+
+    /// From `--write-coalescing-window`: additions wait up to the window, withdrawals
+    /// a quarter of it.
+    pub fn from_window(window: std::time::Duration) -> Self {
+        Self {
+            additions: window,
+            withdrawals: window / 4,
+        }
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.additions.is_zero() && self.withdrawals.is_zero()
+    }
+}
+
 /// Everything the controllers need to know.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {

@@ -16,6 +16,16 @@
 //!   only moves its time earlier;
 //! - a failed key waits `max(base × 2^failures, token-bucket delay)` (capped), and
 //!   [`QueueCore::forget`] resets its failure count after a success.
+//!
+//! One rule is svcplane's own, write coalescing ([`QueueCore::add_coalesced`]): a key
+//! synced less than the coalescing window ago is *hot*, and a coalescible add of a hot
+//! key waits until the window since that sync has passed, merging with every add that
+//! comes meanwhile; an add of a key not synced recently is handed out at once, and an
+//! add while the key is being synced waits a window after that sync ends. So a Service
+//! whose Pods change one after another (a rolling update) is written once per window
+//! with everything that changed, while a single change is written at once. Callers
+//! use plain [`QueueCore::add`] for changes that must never wait (an endpoint
+//! withdrawn), which also overtakes a coalesced add already waiting.
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -28,6 +38,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::kube_client::ratelimit::ClientBudget;
 use crate::token_bucket::TokenBucket;
 
 /// How a queue delays failed keys.
@@ -96,6 +107,13 @@ pub(crate) struct QueueCore<K> {
     added_at: HashMap<K, Instant>,
     /// When each key being processed was handed out (the in-progress gauges).
     started_at: HashMap<K, Instant>,
+    /// Whether coalescing is on (`add_coalesced` is a plain add otherwise).
+    coalescing: bool,
+    /// When each recently synced key was last done.
+    last_done: HashMap<K, Instant>,
+    /// Keys given a coalescible add while being processed, with the shortest window
+    /// asked for (re-queued that long after they are done).
+    deferred: HashMap<K, Duration>,
 }
 
 impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
@@ -113,6 +131,37 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             adds: 0,
             added_at: HashMap::new(),
             started_at: HashMap::new(),
+            coalescing: false,
+            last_done: HashMap::new(),
+            deferred: HashMap::new(),
+        }
+    }
+
+    /// Turns write coalescing on or off.
+    pub(crate) fn set_coalescing(&mut self, on: bool) {
+        self.coalescing = on;
+    }
+
+    /// Queues `key` now, unless it was synced less than `window` ago: then when that
+    /// window since the sync ends, merged with later adds; while it is being
+    /// processed, `window` after it is done (see the module docs). A shorter window
+    /// overtakes a longer one already waiting. Returns whether it was queued for now.
+    pub(crate) fn add_coalesced(&mut self, key: K, window: Duration, now: Instant) -> bool {
+        if !self.coalescing || window.is_zero() || self.dirty.contains(&key) {
+            return self.add_at(key, Some(now));
+        }
+        if self.processing.contains(&key) {
+            let w = self.deferred.entry(key).or_insert(window);
+            *w = (*w).min(window);
+            return false;
+        }
+        match self.last_done.get(&key) {
+            Some(done) if *done + window > now => {
+                let wait = *done + window - now;
+                self.add_after(key, wait, now);
+                false
+            }
+            _ => self.add_at(key, Some(now)),
         }
     }
 
@@ -236,12 +285,25 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             })
     }
 
-    /// Marks `key` finished; a key added meanwhile is queued again.
-    pub(crate) fn done(&mut self, key: &K) {
+    /// Marks `key` finished at `now`; a key added meanwhile is queued again (at once,
+    /// or a coalescing window later when only coalescible adds came).
+    pub(crate) fn done(&mut self, key: &K, now: Instant) {
         self.started_at.remove(key);
         self.processing.remove(key);
+        let deferred = self.deferred.remove(key);
         if self.dirty.contains(key) {
             self.queue.push_back(key.clone());
+        } else if let Some(window) = deferred {
+            self.add_after(key.clone(), window, now);
+        }
+        if self.coalescing {
+            self.last_done.insert(key.clone(), now);
+            // Forget keys synced long ago, in amortised O(1): only when the map has
+            // doubled since the last sweep. No window is anywhere near a minute.
+            if self.last_done.len() >= 1024 && self.last_done.len().is_power_of_two() {
+                let horizon = Duration::from_secs(60);
+                self.last_done.retain(|_, done| *done + horizon > now);
+            }
         }
     }
 
@@ -287,6 +349,9 @@ pub(crate) struct WorkQueue<K> {
     shutdown: CancellationToken,
     gauges: Option<QueueGauges>,
     reported_adds: std::sync::atomic::AtomicU64,
+    /// The request budget of the client the workers write with: while it is empty,
+    /// keys stay queued (see the module docs).
+    budget: Option<ClientBudget>,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
@@ -297,7 +362,15 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             shutdown,
             gauges: None,
             reported_adds: std::sync::atomic::AtomicU64::new(0),
+            budget: None,
         }
+    }
+
+    /// Hands keys out only while `budget` has a token (write coalescing).
+    #[must_use]
+    pub(crate) fn with_budget(mut self, budget: Option<ClientBudget>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// Reports depth (keys ready) and adds, as client-go does.
@@ -349,6 +422,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
     }
 
+    /// [`QueueCore::set_coalescing`].
+    pub(crate) fn set_coalescing(&self, on: bool) {
+        self.lock().set_coalescing(on);
+    }
+
+    /// [`QueueCore::add_coalesced`] on the tokio clock.
+    pub(crate) fn add_coalesced(&self, key: K, window: Duration) {
+        {
+            let mut core = self.lock();
+            core.add_coalesced(key, window, Instant::now());
+            self.report(&core);
+        }
+        // Whether queued now or delayed: a new earliest deadline must re-arm a
+        // sleeping worker's timer too.
+        self.notify.notify_one();
+    }
+
     pub(crate) fn add_after(&self, key: K, delay: Duration) {
         self.lock().add_after(key, delay, Instant::now());
         // A new earliest deadline must wake a sleeping worker to re-arm its timer.
@@ -372,7 +462,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     pub(crate) fn done(&self, key: &K) {
         let requeued = {
             let mut core = self.lock();
-            core.done(key);
+            core.done(key, Instant::now());
             self.report(&core);
             core.ready_len() > 0
         };
@@ -390,6 +480,17 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         loop {
             if self.shutdown.is_cancelled() {
                 return None;
+            }
+            // A sync now would write with a token the client does not have yet: its
+            // writes would wait in the limiter and miss every change arriving
+            // meanwhile. Waiting here instead lets those changes merge into the key.
+            if let Some(wait) = self.budget.as_ref().map(ClientBudget::until_token)
+                && !wait.is_zero()
+            {
+                tokio::select! {
+                    () = self.shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(wait) => continue,
+                }
             }
             // Register interest before looking, so an add between the look and the
             // wait is not missed.
@@ -461,9 +562,9 @@ mod tests {
         q.pop(t0);
         q.pop(t0 + Duration::from_secs(2));
         assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (8.0, 5.0));
-        q.done(&"a");
+        q.done(&"a", t0);
         assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (3.0, 3.0));
-        q.done(&"b");
+        q.done(&"b", t0);
         assert_eq!(q.in_progress(t0 + Duration::from_secs(5)), (0.0, 0.0));
     }
 
@@ -499,9 +600,9 @@ mod tests {
         // Added while processing: held back until done.
         q.add("a");
         assert_eq!(q.pop(now), None);
-        q.done(&"a");
+        q.done(&"a", now);
         assert_eq!(q.pop(now), Some("a"));
-        q.done(&"a");
+        q.done(&"a", now);
         assert!(q.is_idle());
         // Two keys newly queued ("a" twice, after it was handed out); merges uncounted.
         assert_eq!(q.adds(), 2);
@@ -517,7 +618,7 @@ mod tests {
         assert_eq!(q.next_due(), Some(now + Duration::from_secs(2)));
         assert_eq!(q.pop(now + Duration::from_secs(1)), None);
         assert_eq!(q.pop(now + Duration::from_secs(2)), Some("a"));
-        q.done(&"a");
+        q.done(&"a", now);
         // The superseded 5 s and 9 s entries do not fire again.
         assert_eq!(q.pop(now + Duration::from_secs(10)), None);
         assert!(q.is_idle());
@@ -601,5 +702,114 @@ mod tests {
         stop.cancel();
         let seen = worker.await.unwrap();
         assert_eq!(seen, [("now", 1), ("late", 3)]);
+    }
+}
+
+#[cfg(test)]
+mod coalescing_tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    fn queue() -> (QueueCore<&'static str>, Instant) {
+        let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
+        q.set_coalescing(true);
+        (q, Instant::now())
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_key_not_synced_recently_is_handed_out_at_once() {
+        let (mut q, t0) = queue();
+        assert!(q.add_coalesced("svc", WINDOW, t0));
+        assert_eq!(q.pop(t0), Some("svc"));
+    }
+
+    #[test]
+    fn adds_within_the_window_after_a_sync_merge_into_one_at_its_end() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.done(&"svc", t0 + ms(5));
+        for at in [10, 40, 90] {
+            assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(at)), "hot: waits");
+        }
+        assert_eq!(q.pop(t0 + ms(104)), None);
+        assert_eq!(q.next_due(), Some(t0 + ms(105)));
+        assert_eq!(q.pop(t0 + ms(105)), Some("svc"));
+        q.done(&"svc", t0 + ms(106));
+        assert_eq!(q.pop(t0 + ms(500)), None, "the merged adds made one sync");
+    }
+
+    #[test]
+    fn an_add_while_syncing_waits_a_window_after_the_sync() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.add_coalesced("svc", WINDOW, t0 + ms(2));
+        q.done(&"svc", t0 + ms(20));
+        assert_eq!(q.pop(t0 + ms(21)), None);
+        assert_eq!(q.pop(t0 + ms(120)), Some("svc"));
+    }
+
+    #[test]
+    fn a_shorter_window_overtakes_a_longer_one_already_waiting() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.done(&"svc", t0);
+        q.add_coalesced("svc", WINDOW, t0 + ms(10));
+        q.add_coalesced("svc", ms(30), t0 + ms(20));
+        assert_eq!(q.next_due(), Some(t0 + ms(30)));
+        // And while syncing, the shortest window asked for applies after it.
+        assert_eq!(q.pop(t0 + ms(30)), Some("svc"));
+        q.add_coalesced("svc", ms(30), t0 + ms(31));
+        q.add_coalesced("svc", WINDOW, t0 + ms(32));
+        q.done(&"svc", t0 + ms(40));
+        assert_eq!(q.next_due(), Some(t0 + ms(70)));
+    }
+
+    #[test]
+    fn a_withdrawal_never_waits_behind_coalesced_adds() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.done(&"svc", t0 + ms(1));
+        q.add_coalesced("svc", WINDOW, t0 + ms(10));
+        // A plain add (an endpoint withdrawn) overtakes the waiting one.
+        assert!(q.add("svc"));
+        assert_eq!(q.pop(t0 + ms(11)), Some("svc"));
+        // Also while the key is being synced: queued again as soon as it is done.
+        q.add("svc");
+        q.done(&"svc", t0 + ms(12));
+        assert_eq!(q.pop(t0 + ms(12)), Some("svc"));
+    }
+
+    #[test]
+    fn other_keys_are_not_held_back_and_a_cooled_key_is_idle_again() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("a", WINDOW, t0);
+        q.pop(t0);
+        q.done(&"a", t0);
+        assert!(q.add_coalesced("b", WINDOW, t0 + ms(1)));
+        assert_eq!(q.pop(t0 + ms(1)), Some("b"));
+        assert!(
+            q.add_coalesced("a", WINDOW, t0 + ms(150)),
+            "the window has passed"
+        );
+    }
+
+    #[test]
+    fn without_a_window_coalescible_adds_are_plain_adds() {
+        let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
+        let t0 = Instant::now();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.done(&"svc", t0);
+        assert!(q.add_coalesced("svc", WINDOW, t0));
+        assert_eq!(q.pop(t0), Some("svc"));
     }
 }

@@ -294,6 +294,7 @@ impl Controllers {
                 let build = Build {
                     cache: &cache,
                     client: clients.get(d.client_user),
+                    budget: clients.budget(d.client_user),
                     events: &events,
                     metrics: &metrics,
                     options: &options,

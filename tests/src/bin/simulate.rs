@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+use svcplane_controller::shell::options::Coalescing;
 use svcplane_tests::sim::{self, Config, Trace};
 
 /// Counts heap bytes (for bytes per cached Pod and the heap figures); the cost is two
@@ -42,6 +43,13 @@ struct Args {
     /// runs 0, 500ms and 1s.
     #[arg(long, value_parser = parse_duration)]
     batch_period: Option<Duration>,
+    /// `--write-coalescing-window` of the controllers (`0` turns coalescing off);
+    /// default: `svcplane run`'s.
+    #[arg(long, value_parser = parse_duration)]
+    coalescing_window: Option<Duration>,
+    /// Override the withdrawals' window (default: a quarter of the window).
+    #[arg(long, value_parser = parse_duration, requires = "coalescing_window")]
+    withdrawal_window: Option<Duration>,
     /// Seed of the trace (placement, delays, generated names).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -96,6 +104,13 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         qps: args.qps,
         burst: args.burst,
         batch_period: args.batch_period,
+        coalescing: args.coalescing_window.map(|w| {
+            let mut c = Coalescing::from_window(w);
+            if let Some(x) = args.withdrawal_window {
+                c.withdrawals = x;
+            }
+            c
+        }),
         seed: args.seed,
         heap: Some(GLOBAL),
     };
@@ -125,6 +140,14 @@ fn run_children(args: &Args) -> anyhow::Result<bool> {
         if let Some(b) = args.batch_period {
             cmd.arg("--batch-period")
                 .arg(format!("{}ms", b.as_millis()));
+        }
+        if let Some(w) = args.coalescing_window {
+            cmd.arg("--coalescing-window")
+                .arg(format!("{}ms", w.as_millis()));
+        }
+        if let Some(w) = args.withdrawal_window {
+            cmd.arg("--withdrawal-window")
+                .arg(format!("{}ms", w.as_millis()));
         }
         let status = cmd
             .status()

@@ -33,6 +33,8 @@ pub struct Tuning {
     pub qps: f64,
     pub burst: u32,
     pub batch_period: Duration,
+    /// Write coalescing; `None`: `svcplane run`'s default.
+    pub coalescing: Option<svcplane_controller::shell::options::Coalescing>,
 }
 
 /// CPU seconds and where they went, over one measured section.
@@ -167,18 +169,24 @@ impl Sim {
             self.controller_traffic.clone(),
             self.tuning,
         );
-        let clients = Clients::per_user(move |_user| {
+        let clients = Clients::per_user_limited(move |_user| {
+            let limiter = RateLimitLayer::new(tuning.qps, tuning.burst);
+            let budget = limiter.budget();
             let service = tower::ServiceBuilder::new()
-                .layer(RateLimitLayer::new(tuning.qps, tuning.burst))
+                .layer(limiter)
                 .layer(CountLayer(traffic.clone()))
                 .service(fake.service());
-            kube::Client::new(service, "default")
+            (kube::Client::new(service, "default"), budget)
         });
         let mut options: RunOptions = run_env::options();
         let c = &mut options.controllers;
         c.endpoint_slice.batch_period = self.tuning.batch_period;
         c.endpoints.batch_period = self.tuning.batch_period;
         c.mirroring.batch_period = self.tuning.batch_period;
+        if let Some(w) = self.tuning.coalescing {
+            c.endpoint_slice.coalescing = w;
+            c.endpoints.coalescing = w;
+        }
         self.instance = Some(Instance::start(clients, options));
     }
 

@@ -110,6 +110,8 @@ pub struct Config {
     pub burst: u32,
     /// Batch period of all three controllers; `None`: 0, and S2 runs 0, 500 ms and 1 s.
     pub batch_period: Option<Duration>,
+    /// Write coalescing; `None`: `svcplane run`'s default.
+    pub coalescing: Option<svcplane_controller::shell::options::Coalescing>,
     pub seed: u64,
     /// The instrumented global allocator, if the binary installed one.
     pub heap: Heap,
@@ -123,6 +125,7 @@ impl Default for Config {
             qps: 20.0,
             burst: 30,
             batch_period: None,
+            coalescing: None,
             seed: 1,
             heap: None,
         }

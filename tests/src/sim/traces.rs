@@ -48,6 +48,7 @@ fn tuning(config: &Config, batch: Duration) -> Tuning {
         qps: config.qps,
         burst: config.burst,
         batch_period: batch,
+        coalescing: config.coalescing,
     }
 }
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use super::Controller;
 use crate::core::endpointslice::triggers;
 use crate::core::keys::object_key;
-use crate::core::pod::{PodView, invalid_pod_ip_event};
+use crate::core::pod::{PodView, invalid_pod_ip_event, update_withdraws};
 use crate::shell::cache::{Cache, CachedPod, Consumer};
 use crate::shell::events::{EventRecord, EventRecorder, object_reference};
 use crate::shell::watch::Change;
@@ -105,8 +105,13 @@ impl Consumer<CachedPod> for Dispatch {
         if keys.is_empty() {
             return;
         }
+        let withdraws = match change {
+            Change::Added(_) => false,
+            Change::Deleted(_) => true,
+            Change::Updated { old, new } => update_withdraws(&**old, &**new),
+        };
         for c in &self.pod_readers {
-            c.on_pod_keys(&keys);
+            c.on_pod_keys(&keys, withdraws);
         }
     }
 }

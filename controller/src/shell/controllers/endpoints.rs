@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use tracing::debug;
 
-use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
+use super::{Controller, Parts, SyncError, Syncer, lock, queue_pod_keys, spawn_workers, split_key};
 use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
 use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
 use crate::core::event::PlannedEvent;
@@ -36,6 +36,8 @@ pub struct Config {
     pub batch_period: Duration,
     /// `--concurrent-endpoint-syncs`.
     pub workers: usize,
+    /// `--write-coalescing-window` (used while the batch period is zero).
+    pub coalescing: crate::shell::options::Coalescing,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +56,7 @@ pub(crate) struct EndpointsController {
 
 impl EndpointsController {
     pub(crate) fn new(parts: Parts, config: Config) -> Self {
+        parts.queue.set_coalescing(!config.coalescing.is_off());
         Self {
             parts,
             config,
@@ -197,12 +200,14 @@ impl Controller for EndpointsController {
         self.add(object_key(m));
     }
 
-    fn on_pod_keys(&self, keys: &[String]) {
-        for key in keys {
-            self.parts
-                .queue
-                .add_after(key.clone(), self.config.batch_period);
-        }
+    fn on_pod_keys(&self, keys: &[String], withdraws: bool) {
+        queue_pod_keys(
+            &self.parts.queue,
+            keys,
+            withdraws,
+            self.config.batch_period,
+            self.config.coalescing,
+        );
     }
 
     /// Only deletes are watched: a hand edit persists until the next sync.
@@ -251,6 +256,7 @@ mod tests {
             Config {
                 workers: 1,
                 batch_period: Duration::ZERO,
+                coalescing: crate::shell::options::Coalescing::OFF,
             },
         );
         let mut cached = endpoints_fixture("web").build();

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::slice_writes::{SliceWrites, write_slices};
-use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
+use super::{Controller, Parts, SyncError, Syncer, lock, queue_pod_keys, spawn_workers, split_key};
 use crate::core::endpointslice::tracker::SliceTracker;
 use crate::core::endpointslice::triggers;
 use crate::core::endpointslice::{
@@ -48,6 +48,8 @@ pub struct Config {
     pub workers: usize,
     /// `--endpointslice-updates-batch-period`.
     pub batch_period: Duration,
+    /// `--write-coalescing-window` (used while the batch period is zero).
+    pub coalescing: crate::shell::options::Coalescing,
 }
 
 /// The per-Service figures behind the three gauges (ES-2.13): replaced on every pass,
@@ -85,6 +87,7 @@ pub(crate) struct EndpointSliceController {
 
 impl EndpointSliceController {
     pub(crate) fn new(parts: Parts, config: Config) -> Self {
+        parts.queue.set_coalescing(!config.coalescing.is_off());
         Self {
             parts,
             config,
@@ -396,12 +399,14 @@ impl Controller for EndpointSliceController {
     }
 
     /// Services a Pod event affects, already computed by the dispatcher.
-    fn on_pod_keys(&self, keys: &[String]) {
-        for key in keys {
-            self.parts
-                .queue
-                .add_after(key.clone(), self.config.batch_period);
-        }
+    fn on_pod_keys(&self, keys: &[String], withdraws: bool) {
+        queue_pod_keys(
+            &self.parts.queue,
+            keys,
+            withdraws,
+            self.config.batch_period,
+            self.config.coalescing,
+        );
     }
 
     fn on_slice(&self, change: &Change<EndpointSlice>) {
@@ -462,7 +467,8 @@ impl Controller for EndpointSliceController {
         };
         keys.sort();
         keys.dedup();
-        self.on_pod_keys(&keys);
+        // Rare, and it moves hints between zones: not held back.
+        self.on_pod_keys(&keys, true);
     }
 
     /// The zone ratios first, so no Service is first synced without them (and
@@ -509,6 +515,7 @@ mod tests {
                 workers: 1,
                 max_endpoints_per_slice: 100,
                 batch_period: Duration::ZERO,
+                coalescing: crate::shell::options::Coalescing::OFF,
             },
         )
     }

@@ -137,7 +137,9 @@ pub(crate) async fn worker<S: Syncer>(
 pub(crate) trait Controller: Send + Sync + std::fmt::Debug + 'static {
     fn on_service(&self, _change: &Change<Service>) {}
     /// The Service keys a Pod change affects (mapped once for every controller).
-    fn on_pod_keys(&self, _keys: &[String]) {}
+    /// Services whose Pods changed; `withdraws`: the change took an endpoint away
+    /// (`core::pod::update_withdraws`), so it must not wait.
+    fn on_pod_keys(&self, _keys: &[String], _withdraws: bool) {}
     fn on_node(&self, _change: &Change<Node>) {}
     fn on_slice(&self, _change: &Change<EndpointSlice>) {}
     fn on_endpoints(&self, _change: &Change<Endpoints>) {}
@@ -158,6 +160,8 @@ pub(crate) struct Build<'a> {
     /// The controller's own API client (its own QPS budget, as in
     /// kube-controller-manager).
     pub(crate) client: Client,
+    /// That client's request budget, when it is rate-limited.
+    pub(crate) budget: Option<crate::kube_client::ratelimit::ClientBudget>,
     pub(crate) events: &'a EventRecorder,
     pub(crate) metrics: &'a Metrics,
     pub(crate) options: &'a ControllerOptions,
@@ -173,7 +177,8 @@ impl Build<'_> {
             queue: {
                 let q = Arc::new(
                     WorkQueue::new(limit, self.stop.clone())
-                        .with_gauges(queue_gauges(self.metrics, queue)),
+                        .with_gauges(queue_gauges(self.metrics, queue))
+                        .with_budget(self.budget.clone()),
                 );
                 let weak = Arc::downgrade(&q);
                 self.metrics.before_scrape(move || {
@@ -233,6 +238,30 @@ pub(crate) fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queu
         queue_duration: q.queue_duration.get_or_create(&labels).clone(),
         unfinished: q.unfinished_work.get_or_create(&labels).clone(),
         longest: q.longest_running.get_or_create(&labels).clone(),
+    }
+}
+
+/// Queues the Services of a Pod change: after the batch period when one is set (every
+/// change waits, as upstream); else coalesced, with the withdrawals' short window or
+/// the additions' (`queue` module docs, write coalescing).
+pub(crate) fn queue_pod_keys(
+    queue: &WorkQueue<String>,
+    keys: &[String],
+    withdraws: bool,
+    batch_period: std::time::Duration,
+    coalescing: crate::shell::options::Coalescing,
+) {
+    let window = if withdraws {
+        coalescing.withdrawals
+    } else {
+        coalescing.additions
+    };
+    for key in keys {
+        if batch_period.is_zero() {
+            queue.add_coalesced(key.clone(), window);
+        } else {
+            queue.add_after(key.clone(), batch_period);
+        }
     }
 }
 
