@@ -463,3 +463,135 @@ async fn the_secure_metrics_port_serves_those_rbac_allows() {
     let _ = roles.delete(&role_name, &DeleteParams::default()).await;
     envtest::delete_namespace(&client, &ns).await;
 }
+
+/// Write coalescing on the shipped binary (`--write-coalescing-window`, README "Write
+/// coalescing"): twenty Pods turning ready one after another, within well under the
+/// window, reach the EndpointSlice and the Endpoints object in at most three writes
+/// each (the first change at once, the rest together when the window ends), and the
+/// final state is exact. Synced one by one they would take a write per Pod or close.
+#[tokio::test]
+async fn a_burst_of_pods_turning_ready_is_written_in_a_few_writes() {
+    use svcplane_tests::binary::sample;
+
+    let _one = SERIAL.lock().await;
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_run") else {
+        return;
+    };
+    let Some(bin) = svcplane_bin_or_skip("e2e_run") else {
+        return;
+    };
+    let client = cluster.client().await.unwrap();
+    let ns = envtest::create_namespace(&client, "svcplane-coalesce-")
+        .await
+        .unwrap();
+    create_node(&client, &ns, &node("node-a", Some("zone-a")))
+        .await
+        .unwrap();
+    create_service(&client, &ns, &svc("web").port("http", 80, 8080).build())
+        .await
+        .unwrap();
+    const PODS: usize = 20;
+    let names: Vec<String> = (0..PODS).map(|i| format!("web-{i}")).collect();
+    let pods: Vec<Pod> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            pod(name, "web")
+                .node("node-a")
+                .ip(&format!("10.2.0.{}", i + 1))
+                .not_ready()
+                .build()
+        })
+        .collect();
+    create_pods(&client, &ns, &pods).await.unwrap();
+
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let args: Vec<String> = vec![
+        "run".into(),
+        "--webhook=false".into(),
+        "--leader-elect=false".into(),
+        "--controllers=endpointslice,endpoints".into(),
+        "--write-coalescing-window=1s".into(),
+        format!("--kubeconfig={}", cluster.kubeconfig.display()),
+        format!("--metrics-bind-address={admin}"),
+    ];
+    let mut p = SvcplaneProcess::spawn(&bin, "coalescing", &args, Some(admin));
+    p.wait_ready(Duration::from_secs(60)).await;
+    let endpoints = |c: Client, ns: String| async move {
+        Api::<Endpoints>::namespaced(c, &ns)
+            .get_opt("web")
+            .await
+            .unwrap()
+            .map_or(0, |e| {
+                e.subsets
+                    .iter()
+                    .flatten()
+                    .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+                    .sum::<usize>()
+            })
+    };
+    eventually(
+        Duration::from_secs(60),
+        "20 not-ready endpoints",
+        || async {
+            slices(&client, &ns, "web")
+                .await
+                .iter()
+                .map(|s| s.endpoints.len())
+                .sum::<usize>()
+                == PODS
+        },
+    )
+    .await;
+    // Past the window of the first syncs: the next change finds the Service idle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let updates = |p: &SvcplaneProcess| {
+        let text = p.admin_get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        let n = |r: &str| {
+            sample(
+                &text,
+                &format!("svcplane_api_writes_total{{verb=\"update\",resource=\"{r}\"}}"),
+            )
+            .unwrap_or(0.0) as u64
+        };
+        (n("endpointslices"), n("endpoints"))
+    };
+    let before = updates(&p);
+
+    let ready =
+        serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let pod_api = Api::<Pod>::namespaced(client.clone(), &ns);
+    let flips = Instant::now();
+    for name in &names {
+        pod_api
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&ready))
+            .await
+            .unwrap();
+    }
+    let flipped_in = flips.elapsed();
+    eventually(Duration::from_secs(30), "20 ready endpoints", || async {
+        ready_count(&slices(&client, &ns, "web").await) == PODS
+            && endpoints(client.clone(), ns.clone()).await == PODS
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = updates(&p);
+    let (slice_writes, endpoints_writes) = (after.0 - before.0, after.1 - before.1);
+    if flipped_in < Duration::from_millis(900) {
+        assert!(
+            (1..=3).contains(&slice_writes) && (1..=3).contains(&endpoints_writes),
+            "{PODS} Pods turned ready in {flipped_in:?}: {slice_writes} slice updates, \
+             {endpoints_writes} Endpoints updates"
+        );
+    } else {
+        // A machine too slow to make the changes within one window: still far fewer
+        // writes than changes.
+        assert!(
+            slice_writes < PODS as u64 / 2,
+            "{slice_writes} slice updates"
+        );
+    }
+    p.signal("TERM");
+    assert_eq!(p.wait(Duration::from_secs(20)), Some(0));
+    envtest::delete_namespace(&client, &ns).await;
+}
