@@ -261,7 +261,7 @@ impl SharedRun {
 pub type WriteCounts = (u64, u64, u64, u64);
 
 /// A minimal HTTP/1.0 GET (the admin server is plain HTTP on loopback).
-fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;

@@ -7,7 +7,9 @@
 //! rebuilt when `tests/envtest` changes) when Go is on `PATH`, or uses
 //! `SVCPLANE_ENVTEST_BIN` as it is. Each harness instance is started at most once
 //! per test binary and stops when the test binary exits: it watches its stdin,
-//! which is a pipe only this process holds.
+//! which is a pipe only this process holds. [`launch`] starts an instance the caller
+//! owns instead, stopped when its [`Harness`] handle is dropped (the `versus` bench
+//! uses a fresh one per run).
 //!
 //! `SVCPLANE_E2E_KUBECONFIG` points the e2e suite at an external cluster
 //! instead. When no control plane can be had, the tests skip through
@@ -75,17 +77,12 @@ impl Cluster {
     }
 }
 
-struct Running {
-    // Dropping the stdin pipe (at the latest when this process exits) makes
-    // the harness shut down and remove its temporary directory.
-    _stdin: ChildStdin,
-    _child: Child,
-}
-
 /// A cluster, the reason there is none, or why starting one failed.
 type Resolved = Result<Result<Cluster, Skip>, String>;
 
-static PROCESSES: Mutex<Vec<Running>> = Mutex::new(Vec::new());
+// Never dropped: the suites' instances live until the test binary exits, which
+// closes their stdin pipes.
+static PROCESSES: Mutex<Vec<Harness>> = Mutex::new(Vec::new());
 static API_ONLY: OnceLock<Resolved> = OnceLock::new();
 static UPSTREAM: OnceLock<Resolved> = OnceLock::new();
 
@@ -185,16 +182,82 @@ fn resolve(flavor: Flavor) -> Resolved {
 }
 
 fn start(bin: &Path, flavor: Flavor) -> anyhow::Result<Cluster> {
-    let mut cmd = Command::new(bin);
-    cmd.arg("--timeout=30m")
+    let mut args = Vec::new();
+    if flavor == Flavor::UpstreamControllers {
+        args.push("--kube-controller-manager".to_owned());
+        args.push(format!("--controllers={UPSTREAM_CONTROLLERS}"));
+    }
+    let harness = launch_bin(bin, &args)?;
+    let cluster = harness.cluster();
+    PROCESSES
+        .lock()
+        .map_err(|_| anyhow::anyhow!("harness registry poisoned"))?
+        .push(harness);
+    Ok(cluster)
+}
+
+/// A harness instance of the caller's own (the `versus` bench starts a fresh one per
+/// run). Dropping it closes its stdin, which makes the harness stop its children and
+/// remove its temporary directory; it is killed if that takes longer than
+/// [`STOP_TIMEOUT`].
+#[derive(Debug)]
+pub struct Harness {
+    /// The harness binary, which also runs upstream components as subcommands
+    /// (`<bin> kube-controller-manager ARGS...`).
+    pub bin: PathBuf,
+    /// The admin kubeconfig it wrote.
+    pub kubeconfig: PathBuf,
+    stdin: Option<ChildStdin>,
+    child: Child,
+}
+
+/// How long a dropped [`Harness`] may take to shut down cleanly.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Harness {
+    /// The cluster it serves.
+    pub fn cluster(&self) -> Cluster {
+        Cluster {
+            kubeconfig: self.kubeconfig.clone(),
+            external: false,
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+        while std::time::Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a harness of the caller's own ([`build::harness`]: `SVCPLANE_ENVTEST_BIN` or
+/// the one built on first use) with `--timeout=30m` and `extra_args` (later flags win,
+/// so `--timeout=4h` there replaces it). API server only unless `extra_args` asks for
+/// `--kube-controller-manager`.
+pub fn launch(extra_args: &[String]) -> anyhow::Result<Harness> {
+    let bin = build::harness()
+        .map_err(|why| anyhow::anyhow!("no envtest harness: {} ({})", why.reason, why.enable))?;
+    launch_bin(&bin, extra_args)
+}
+
+fn launch_bin(bin: &Path, extra_args: &[String]) -> anyhow::Result<Harness> {
+    let mut child = Command::new(bin)
+        .arg("--timeout=30m")
+        .args(extra_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if flavor == Flavor::UpstreamControllers {
-        cmd.arg("--kube-controller-manager")
-            .arg(format!("--controllers={}", UPSTREAM_CONTROLLERS));
-    }
-    let mut child = cmd.spawn().context("spawn")?;
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("spawn")?;
     let stdin = child.stdin.take().context("no stdin pipe")?;
     let stdout = child.stdout.take().context("no stdout pipe")?;
     let (tx, rx) = mpsc::channel();
@@ -211,16 +274,11 @@ fn start(bin: &Path, flavor: Flavor) -> anyhow::Result<Cluster> {
             bail!("harness did not report ready: {other:?}");
         }
     };
-    PROCESSES
-        .lock()
-        .map_err(|_| anyhow::anyhow!("harness registry poisoned"))?
-        .push(Running {
-            _stdin: stdin,
-            _child: child,
-        });
-    Ok(Cluster {
+    Ok(Harness {
+        bin: bin.to_path_buf(),
         kubeconfig,
-        external: false,
+        stdin: Some(stdin),
+        child,
     })
 }
 

@@ -6,6 +6,8 @@
 //! - [`run_env`]: `svcplane run`'s machinery in-process, settling and the
 //!   "exactly the desired state" check;
 //! - [`sim`]: the workload simulator behind the `simulate` bench binary (issue 10);
+//! - [`versus`]: upstream kube-controller-manager and `svcplane run` side by side on
+//!   real API servers, behind the `versus` bench binary (issue 21);
 //! - [`webhook_env`]: certificates, the AllocationClaim CRD, webhook
 //!   configurations and `kubectl` for running svcplane's webhook beside a real API
 //!   server (`tests/tests/e2e_webhook.rs`).
@@ -31,4 +33,5 @@ pub mod objects;
 pub mod run_env;
 pub mod sim;
 pub mod skip;
+pub mod versus;
 pub mod webhook_env;

@@ -15,23 +15,33 @@ use stats_alloc::{Region, StatsAlloc};
 use crate::fake_api::FakeApi;
 
 /// USER_HZ (see the module docs).
-const TICKS_PER_SECOND: f64 = 100.0;
+pub const TICKS_PER_SECOND: f64 = 100.0;
 
 /// User plus system CPU seconds of this process so far.
 pub fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    Some(parse_cpu_ticks(&stat)? as f64 / TICKS_PER_SECOND)
+}
+
+/// utime + stime, in clock ticks, from the text of a `/proc/<pid>/stat`.
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     // The command name may hold spaces; fields restart after its closing parenthesis.
     let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state), so utime (14) and stime (15) are at 11 and 12.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) as f64 / TICKS_PER_SECOND)
+    Some(utime + stime)
 }
 
 /// A `/proc/self/status` size field (`VmRSS`, `VmHWM`) in bytes.
 pub fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_bytes(&status, field)
+}
+
+/// A size field (`VmRSS`, `VmHWM`) of the text of a `/proc/<pid>/status`, in bytes.
+pub fn parse_status_bytes(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|l| {
         let v = l.strip_prefix(field)?.strip_prefix(':')?;
         let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().ok()?;

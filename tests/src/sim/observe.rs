@@ -167,12 +167,17 @@ impl Tracker {
         }
     }
 
+    /// Transitions not reflected yet.
+    pub fn pending(&self) -> u64 {
+        self.pods.values().map(|t| t.pending.len() as u64).sum()
+    }
+
     /// The figures since the last call; transitions still pending count as never
     /// reflected (call it once the trace has settled).
     pub fn take_summary(&mut self) -> LatencySummary {
         let mut l = std::mem::take(&mut self.latencies);
         l.sort_unstable();
-        let pending: u64 = self.pods.values().map(|t| t.pending.len() as u64).sum();
+        let pending = self.pending();
         let pct = |p: f64| -> Duration {
             if l.is_empty() {
                 return Duration::ZERO;
