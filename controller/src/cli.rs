@@ -398,7 +398,7 @@ pub struct RunArgs {
     /// that changed meanwhile at once; Pods withdrawn never wait, and a Service not
     /// synced recently is synced at once. 0 syncs every change at once, as upstream.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
-          default_value = "100ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
+          default_value = "250ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
     pub write_coalescing_window: std::time::Duration,
 
     /// Services synced at once by the EndpointSlice controller (1..=50).

@@ -40,6 +40,14 @@ impl Coalescing {
     pub fn is_off(&self) -> bool {
         self.additions.is_zero() && self.withdrawals.is_zero()
     }
+
+    /// Two syncs of a Service closer than this make a burst, whose changes wait out
+    /// the windows (zero when coalescing is off). Four windows: a rollout's pauses
+    /// between steps do not end its burst, while a Service changing now and then
+    /// (readiness churn) is rarely in one.
+    pub fn burst_gap(&self) -> std::time::Duration {
+        self.additions.max(self.withdrawals) * 4
+    }
 }
 
 /// Everything the controllers need to know.

@@ -18,14 +18,15 @@
 //!   [`QueueCore::forget`] resets its failure count after a success.
 //!
 //! One rule is svcplane's own, write coalescing ([`QueueCore::add_coalesced`]): a key
-//! synced less than the coalescing window ago is *hot*, and a coalescible add of a hot
-//! key waits until the window since that sync has passed, merging with every add that
-//! comes meanwhile; an add of a key not synced recently is handed out at once, and an
-//! add while the key is being synced waits a window after that sync ends. So a Service
-//! whose Pods change one after another (a rolling update) is written once per window
-//! with everything that changed, while a single change is written at once. Callers
-//! use plain [`QueueCore::add`] for changes that must never wait (an endpoint
-//! withdrawn), which also overtakes a coalesced add already waiting.
+//! whose last two syncs came less than the burst gap apart is in a *burst*, and a
+//! coalescible add of it within `window` of its last sync waits until that window has
+//! passed, merging with every add that comes meanwhile; an add of a key not in a burst
+//! is handed out at once, and an add while the key is being synced waits `window`
+//! after that sync ends. So a Service whose Pods change one after another (a rolling
+//! update) is written about once per window with everything that changed, while a
+//! single change, or two, is written at once. Each add names its window (withdrawn
+//! endpoints a short one) and the shortest waiting one wins; a plain
+//! [`QueueCore::add`] never waits and overtakes a coalesced add already waiting.
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -107,10 +108,12 @@ pub(crate) struct QueueCore<K> {
     added_at: HashMap<K, Instant>,
     /// When each key being processed was handed out (the in-progress gauges).
     started_at: HashMap<K, Instant>,
-    /// Whether coalescing is on (`add_coalesced` is a plain add otherwise).
-    coalescing: bool,
-    /// When each recently synced key was last done.
-    last_done: HashMap<K, Instant>,
+    /// Two syncs of a key closer than this make a burst (zero: coalescing off, and
+    /// `add_coalesced` is a plain add).
+    burst_gap: Duration,
+    /// When each recently synced key was last done, and whether that sync came
+    /// within `burst_gap` of the one before (only then are its adds held back).
+    last_done: HashMap<K, (Instant, bool)>,
     /// Keys given a coalescible add while being processed, with the shortest window
     /// asked for (re-queued that long after they are done).
     deferred: HashMap<K, Duration>,
@@ -131,15 +134,16 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             adds: 0,
             added_at: HashMap::new(),
             started_at: HashMap::new(),
-            coalescing: false,
+            burst_gap: Duration::ZERO,
             last_done: HashMap::new(),
             deferred: HashMap::new(),
         }
     }
 
-    /// Turns write coalescing on or off.
-    pub(crate) fn set_coalescing(&mut self, on: bool) {
-        self.coalescing = on;
+    /// Turns write coalescing on: syncs of a key closer than `burst_gap` make a
+    /// burst (zero turns coalescing off).
+    pub(crate) fn set_coalescing(&mut self, burst_gap: Duration) {
+        self.burst_gap = burst_gap;
     }
 
     /// Queues `key` now, unless it was synced less than `window` ago: then when that
@@ -147,7 +151,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     /// processed, `window` after it is done (see the module docs). A shorter window
     /// overtakes a longer one already waiting. Returns whether it was queued for now.
     pub(crate) fn add_coalesced(&mut self, key: K, window: Duration, now: Instant) -> bool {
-        if !self.coalescing || window.is_zero() || self.dirty.contains(&key) {
+        if self.burst_gap.is_zero() || window.is_zero() || self.dirty.contains(&key) {
             return self.add_at(key, Some(now));
         }
         if self.processing.contains(&key) {
@@ -156,7 +160,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             return false;
         }
         match self.last_done.get(&key) {
-            Some(done) if *done + window > now => {
+            Some((done, true)) if *done + window > now => {
                 let wait = *done + window - now;
                 self.add_after(key, wait, now);
                 false
@@ -296,13 +300,17 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
         } else if let Some(window) = deferred {
             self.add_after(key.clone(), window, now);
         }
-        if self.coalescing {
-            self.last_done.insert(key.clone(), now);
+        if !self.burst_gap.is_zero() {
+            let burst = self
+                .last_done
+                .get(key)
+                .is_some_and(|(before, _)| *before + self.burst_gap > now);
+            self.last_done.insert(key.clone(), (now, burst));
             // Forget keys synced long ago, in amortised O(1): only when the map has
             // doubled since the last sweep. No window is anywhere near a minute.
             if self.last_done.len() >= 1024 && self.last_done.len().is_power_of_two() {
                 let horizon = Duration::from_secs(60);
-                self.last_done.retain(|_, done| *done + horizon > now);
+                self.last_done.retain(|_, (done, _)| *done + horizon > now);
             }
         }
     }
@@ -423,8 +431,8 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     }
 
     /// [`QueueCore::set_coalescing`].
-    pub(crate) fn set_coalescing(&self, on: bool) {
-        self.lock().set_coalescing(on);
+    pub(crate) fn set_coalescing(&self, burst_gap: Duration) {
+        self.lock().set_coalescing(burst_gap);
     }
 
     /// [`QueueCore::add_coalesced`] on the tokio clock.
@@ -713,12 +721,21 @@ mod coalescing_tests {
 
     fn queue() -> (QueueCore<&'static str>, Instant) {
         let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
-        q.set_coalescing(true);
+        q.set_coalescing(WINDOW);
         (q, Instant::now())
     }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// Two syncs of `key` 1 ms apart, the second done at `t`: a burst.
+    fn burst(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant) {
+        for at in [t - ms(1), t] {
+            q.add(key);
+            assert_eq!(q.pop(at), Some(key));
+            q.done(&key, at);
+        }
     }
 
     #[test]
@@ -729,11 +746,27 @@ mod coalescing_tests {
     }
 
     #[test]
-    fn adds_within_the_window_after_a_sync_merge_into_one_at_its_end() {
+    fn one_isolated_sync_does_not_hold_back_the_next_change() {
         let (mut q, t0) = queue();
         q.add_coalesced("svc", WINDOW, t0);
         q.pop(t0);
-        q.done(&"svc", t0 + ms(5));
+        q.done(&"svc", t0);
+        assert!(
+            q.add_coalesced("svc", WINDOW, t0 + ms(10)),
+            "not a burst yet"
+        );
+        q.pop(t0 + ms(10));
+        q.done(&"svc", t0 + ms(11));
+        assert!(
+            !q.add_coalesced("svc", WINDOW, t0 + ms(20)),
+            "now a burst: waits"
+        );
+    }
+
+    #[test]
+    fn adds_within_the_window_after_a_burst_merge_into_one_at_its_end() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0 + ms(5));
         for at in [10, 40, 90] {
             assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(at)), "hot: waits");
         }
@@ -758,9 +791,7 @@ mod coalescing_tests {
     #[test]
     fn a_shorter_window_overtakes_a_longer_one_already_waiting() {
         let (mut q, t0) = queue();
-        q.add_coalesced("svc", WINDOW, t0);
-        q.pop(t0);
-        q.done(&"svc", t0);
+        burst(&mut q, "svc", t0);
         q.add_coalesced("svc", WINDOW, t0 + ms(10));
         q.add_coalesced("svc", ms(30), t0 + ms(20));
         assert_eq!(q.next_due(), Some(t0 + ms(30)));
@@ -773,13 +804,11 @@ mod coalescing_tests {
     }
 
     #[test]
-    fn a_withdrawal_never_waits_behind_coalesced_adds() {
+    fn a_plain_add_never_waits_behind_coalesced_adds() {
         let (mut q, t0) = queue();
-        q.add_coalesced("svc", WINDOW, t0);
-        q.pop(t0);
-        q.done(&"svc", t0 + ms(1));
+        burst(&mut q, "svc", t0 + ms(1));
         q.add_coalesced("svc", WINDOW, t0 + ms(10));
-        // A plain add (an endpoint withdrawn) overtakes the waiting one.
+        // A plain add overtakes the waiting one.
         assert!(q.add("svc"));
         assert_eq!(q.pop(t0 + ms(11)), Some("svc"));
         // Also while the key is being synced: queued again as soon as it is done.
@@ -791,9 +820,7 @@ mod coalescing_tests {
     #[test]
     fn other_keys_are_not_held_back_and_a_cooled_key_is_idle_again() {
         let (mut q, t0) = queue();
-        q.add_coalesced("a", WINDOW, t0);
-        q.pop(t0);
-        q.done(&"a", t0);
+        burst(&mut q, "a", t0);
         assert!(q.add_coalesced("b", WINDOW, t0 + ms(1)));
         assert_eq!(q.pop(t0 + ms(1)), Some("b"));
         assert!(
@@ -803,12 +830,10 @@ mod coalescing_tests {
     }
 
     #[test]
-    fn without_a_window_coalescible_adds_are_plain_adds() {
+    fn without_coalescing_coalescible_adds_are_plain_adds() {
         let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
         let t0 = Instant::now();
-        q.add_coalesced("svc", WINDOW, t0);
-        q.pop(t0);
-        q.done(&"svc", t0);
+        burst(&mut q, "svc", t0);
         assert!(q.add_coalesced("svc", WINDOW, t0));
         assert_eq!(q.pop(t0), Some("svc"));
     }

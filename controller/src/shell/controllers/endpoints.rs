@@ -56,7 +56,7 @@ pub(crate) struct EndpointsController {
 
 impl EndpointsController {
     pub(crate) fn new(parts: Parts, config: Config) -> Self {
-        parts.queue.set_coalescing(!config.coalescing.is_off());
+        parts.queue.set_coalescing(config.coalescing.burst_gap());
         Self {
             parts,
             config,
