@@ -19,7 +19,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum_server::Handle;
 use kube::Client;
 use svcplane_webhook::tls::{CertReloader, DEFAULT_RELOAD_INTERVAL};
 use tokio::task::JoinHandle;
@@ -134,16 +133,10 @@ pub async fn serve(
         }
     };
     let address = settings.bind;
-    let bind_error = |source| SecureMetricsError::Bind { address, source };
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(bind_error)?;
-    let local_addr = listener.local_addr().map_err(bind_error)?;
-    let listener = listener.into_std().map_err(bind_error)?;
-    let handle: Handle<SocketAddr> = Handle::new();
-    let server = axum_server::tls_rustls::from_tcp_rustls(listener, reloader.rustls_config())
-        .map_err(bind_error)?
-        .handle(handle.clone());
+    let (local_addr, server, handle) =
+        svcplane_webhook::server::listen_tls(address, reloader.rustls_config())
+            .await
+            .map_err(|source| SecureMetricsError::Bind { address, source })?;
     let app = router(Secure {
         metrics,
         auth: Arc::new(Delegated::new(client)),

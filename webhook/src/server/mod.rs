@@ -164,17 +164,9 @@ pub async fn bind<H: AdmissionHandler>(
         Certs::Loaded(reloader) => reloader,
     };
     let address = config.bind_address;
-    let bind_error = |source| ServerError::Bind { address, source };
-    let listener = tokio::net::TcpListener::bind(address)
+    let (local_addr, server, handle) = listen_tls(address, reloader.rustls_config())
         .await
-        .map_err(bind_error)?;
-    let local_addr = listener.local_addr().map_err(bind_error)?;
-    let listener = listener.into_std().map_err(bind_error)?;
-
-    let handle: Handle<SocketAddr> = Handle::new();
-    let server = axum_server::tls_rustls::from_tcp_rustls(listener, reloader.rustls_config())
-        .map_err(bind_error)?
-        .handle(handle.clone());
+        .map_err(|source| ServerError::Bind { address, source })?;
     let certs = reloader.status();
     let app = router(
         handler,
@@ -213,6 +205,25 @@ pub async fn bind<H: AdmissionHandler>(
         certs,
         task,
     })
+}
+
+/// An HTTPS server listening on `address` with `tls`, not serving yet: the address
+/// actually bound (the port is known even when 0 was asked for), the server, and the
+/// handle that stops it. Shared with the secure metrics port.
+pub async fn listen_tls(
+    address: SocketAddr,
+    tls: axum_server::tls_rustls::RustlsConfig,
+) -> std::io::Result<(
+    SocketAddr,
+    axum_server::Server<SocketAddr, axum_server::tls_rustls::RustlsAcceptor>,
+    Handle<SocketAddr>,
+)> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let local_addr = listener.local_addr()?;
+    let handle: Handle<SocketAddr> = Handle::new();
+    let server =
+        axum_server::tls_rustls::from_tcp_rustls(listener.into_std()?, tls)?.handle(handle.clone());
+    Ok((local_addr, server, handle))
 }
 
 /// Keep serving for `drain` after the token fires, then stop accepting and give
