@@ -299,6 +299,51 @@ async fn a_restart_resyncs_with_zero_writes() {
     second.stop().await.unwrap();
 }
 
+/// A re-list is diffed against the caches: a Pod and one of svcplane's own slices
+/// deleted while every watch was failing become deletes once the watches list again,
+/// so the slice loses the Pod and the missing slice is written again.
+#[tokio::test(start_paused = true)]
+async fn objects_deleted_while_the_watches_were_down_are_deleted_by_the_relist() {
+    let fake = FakeApi::new();
+    web_cluster(&fake, 3);
+    fake.insert(svc("other").port("http", 80, 8080).build())
+        .unwrap();
+    fake.insert(
+        pod("other-0", "other")
+            .ip("10.1.0.1")
+            .node("node-a")
+            .ready()
+            .build(),
+    )
+    .unwrap();
+    let run = Instance::start(fake.client(), options());
+    settle(&fake, &[&run], LIMIT).await;
+    let other = slices_of(&fake, "other");
+    assert_eq!(other.len(), 1);
+    let down = [
+        fake.inject(Fault::status(500).verb(Verb::Watch)),
+        fake.inject(Fault::status(500).verb(Verb::List)),
+    ];
+    fake.close_watches();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fake.delete("v1/pods", Some("default"), "web-1").unwrap();
+    let lost = other[0].metadata.name.as_deref().unwrap();
+    fake.delete("discovery.k8s.io/v1/endpointslices", Some("default"), lost)
+        .unwrap();
+    for id in down {
+        fake.remove_fault(id);
+    }
+    fake.compact();
+    // Past the longest re-list backoff (30 s).
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    settle(&fake, &[&run], LIMIT).await;
+    assert_converged_default(&fake);
+    let web = slices_of(&fake, "web");
+    assert_eq!(web[0].endpoints.len(), 2, "web-1 left the slice");
+    assert_eq!(slices_of(&fake, "other").len(), 1, "the lost slice is back");
+    run.stop().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_selector_and_malformed_pod_ip_get_events_and_the_rest_works() {
     let fake = FakeApi::new();

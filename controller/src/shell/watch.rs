@@ -30,7 +30,8 @@ pub(crate) use crate::core::change::Change;
 /// Turns an event stream into store writes and [`Change`]s.
 struct Reflector<'a, S: Store> {
     shared: &'a Shared<S>,
-    relist: Option<Vec<Arc<S::Item>>>,
+    /// During a re-list: the (namespace, name) of every object listed so far.
+    relist: Option<HashSet<(String, String)>>,
 }
 
 fn same_version<T: Keyed>(a: &T, b: &T) -> bool {
@@ -53,24 +54,28 @@ impl<S: Store> Reflector<'_, S> {
         out.push(Change::Deleted(old.unwrap_or(obj)));
     }
 
-    /// Applies a completed re-list: every listed object, then deletes for those no
-    /// longer there.
+    /// One object of a re-list: stored at once (a list of 100 000 objects is never
+    /// held twice), and remembered so the end of the list knows what is gone.
+    fn listed(&mut self, obj: Arc<S::Item>, out: &mut Vec<Change<S::Item>>) {
+        if let Some(keys) = self.relist.as_mut() {
+            keys.insert((obj.namespace().to_owned(), obj.name().to_owned()));
+        }
+        self.apply(obj, out);
+    }
+
+    /// Ends a re-list: deletes for the stored objects it did not list.
     fn finish_relist(&mut self, out: &mut Vec<Change<S::Item>>) {
         let listed = self.relist.take().unwrap_or_default();
-        let keep: HashSet<(&str, &str)> =
-            listed.iter().map(|o| (o.namespace(), o.name())).collect();
-        let gone: Vec<Arc<S::Item>> = self
+        let gone: Vec<(String, String)> = self
             .shared
             .read()
-            .all()
+            .keys()
             .into_iter()
-            .filter(|o| !keep.contains(&(o.namespace(), o.name())))
+            .filter(|key| !listed.contains(key))
             .collect();
-        for obj in &listed {
-            self.apply(obj.clone(), out);
-        }
-        for obj in gone {
-            self.delete(obj, out);
+        for (namespace, name) in gone {
+            let old = self.shared.write().remove(&namespace, &name);
+            out.extend(old.map(Change::Deleted));
         }
     }
 }
@@ -139,12 +144,10 @@ pub(crate) async fn reflect<K, S>(
                 }
                 Some(Ok(Event::Init)) => {
                     shared.mark_out_of_sync();
-                    reflector.relist = Some(Vec::new());
+                    reflector.relist = Some(HashSet::new());
                 }
                 Some(Ok(Event::InitApply(obj))) => {
-                    if let Some(buf) = reflector.relist.as_mut() {
-                        buf.push(Arc::new(strip(obj)));
-                    }
+                    reflector.listed(Arc::new(strip(obj)), &mut changes);
                 }
                 Some(Ok(Event::InitDone)) => {
                     reflector.finish_relist(&mut changes);

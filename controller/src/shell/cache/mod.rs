@@ -6,6 +6,7 @@
 //! - [`index`]: label indexes (Pods by label, Services by one selector pair);
 //! - [`cached_pod`]: the compact Pod the store keeps (what the reconcilers read);
 //! - [`watched_pod`]: decoding watched Pods straight into the fields kept;
+//! - [`packed`]: Services, EndpointSlices and Endpoints kept as JSON, decoded when read;
 //! - this module: the stores and [`Cache`], which the watches fill and the
 //!   controllers read.
 //!
@@ -16,6 +17,7 @@
 pub mod cached_pod;
 pub mod index;
 pub mod nsmap;
+pub mod packed;
 pub mod strip;
 pub mod watched_pod;
 
@@ -31,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use self::cached_pod::CachedPod;
 use self::index::NamespacedLabelIndex;
 use self::nsmap::NsMap;
+use self::packed::Packed;
 use crate::core::change::Change;
 use crate::core::keys::LABEL_SERVICE_NAME;
 use crate::core::nodes::NodeLookup;
@@ -96,8 +99,10 @@ pub trait Store: Send + Sync + 'static {
     fn upsert(&mut self, obj: Arc<Self::Item>) -> Option<Arc<Self::Item>>;
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Self::Item>>;
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<Self::Item>>;
-    /// Every object (for the re-list diff).
+    /// Every object (for a consumer attached late).
     fn all(&self) -> Vec<Arc<Self::Item>>;
+    /// (namespace, name) of every object (for the re-list diff).
+    fn keys(&self) -> Vec<(String, String)>;
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -250,19 +255,38 @@ impl Store for PodStore {
         self.iter().cloned().collect()
     }
 
+    fn keys(&self) -> Vec<(String, String)> {
+        self.pods.keys()
+    }
+
     fn len(&self) -> usize {
         self.pods.len()
     }
 }
 
 /// Services, indexed by the first pair of their selector (a Pod can only match a
-/// selector whose every pair it carries, so the first one is as good as any).
+/// selector whose every pair it carries, so the first one is as good as any). Each is
+/// kept packed with its selector beside it, so matching a Pod decodes only the
+/// Services it matches.
 #[derive(Debug, Default)]
 pub struct ServiceStore {
-    services: NsMap<Service>,
+    services: NsMap<PackedService>,
     by_selector_pair: NamespacedLabelIndex,
     /// Services with an empty (non-nil) selector: they match every Pod.
     match_all: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+}
+
+/// A cached Service: its selector, and the whole object packed.
+#[derive(Debug)]
+struct PackedService {
+    selector: Option<BTreeMap<String, String>>,
+    service: Packed<Service>,
+}
+
+impl PackedService {
+    fn unpack(&self) -> Arc<Service> {
+        Arc::new(self.service.unpack())
+    }
 }
 
 fn selector_of(s: &Service) -> Option<&BTreeMap<String, String>> {
@@ -286,13 +310,14 @@ impl ServiceStore {
         names
             .into_iter()
             .filter_map(|n| self.services.get(ns, n))
-            .filter(|s| selector_matches_pod(selector_of(s), pod))
-            .cloned()
+            .filter(|s| selector_matches_pod(s.selector.as_ref(), pod))
+            .map(|s| s.unpack())
             .collect()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Service>> {
-        self.services.iter().map(|(_, _, s)| s)
+    /// Every Service, decoded one at a time.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
+        self.services.iter().map(|(_, _, s)| s.unpack())
     }
 
     fn index(&mut self, svc: &Service, name: &Arc<str>) {
@@ -309,9 +334,8 @@ impl ServiceStore {
         }
     }
 
-    fn unindex(&mut self, svc: &Service) {
-        let (ns, name) = (meta_ns(&svc.metadata), meta_name(&svc.metadata));
-        match selector_of(svc).map(|s| s.iter().next()) {
+    fn unindex(&mut self, ns: &str, name: &str, selector: Option<&BTreeMap<String, String>>) {
+        match selector.map(|s| s.iter().next()) {
             None => {}
             Some(None) => {
                 if let Some(set) = self.match_all.get_mut(ns) {
@@ -330,30 +354,35 @@ impl Store for ServiceStore {
     type Item = Service;
 
     fn upsert(&mut self, svc: Arc<Service>) -> Option<Arc<Service>> {
-        let (old, name) = self.services.insert(
-            meta_ns(&svc.metadata),
-            meta_name(&svc.metadata),
-            svc.clone(),
-        );
+        let (ns, name) = (meta_ns(&svc.metadata), meta_name(&svc.metadata));
+        let packed = PackedService {
+            selector: selector_of(&svc).cloned(),
+            service: Packed::new(&*svc),
+        };
+        let (old, shared) = self.services.insert(ns, name, Arc::new(packed));
         if let Some(o) = &old {
-            self.unindex(o);
+            self.unindex(ns, name, o.selector.as_ref());
         }
-        self.index(&svc, &name);
-        old
+        self.index(&svc, &shared);
+        old.map(|o| o.unpack())
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Service>> {
         let old = self.services.remove(namespace, name)?;
-        self.unindex(&old);
-        Some(old)
+        self.unindex(namespace, name, old.selector.as_ref());
+        Some(old.unpack())
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
-        self.services.get(namespace, name).cloned()
+        self.services.get(namespace, name).map(|s| s.unpack())
     }
 
     fn all(&self) -> Vec<Arc<Service>> {
-        self.iter().cloned().collect()
+        self.iter().collect()
+    }
+
+    fn keys(&self) -> Vec<(String, String)> {
+        self.services.keys()
     }
 
     fn len(&self) -> usize {
@@ -361,12 +390,25 @@ impl Store for ServiceStore {
     }
 }
 
-/// EndpointSlices, indexed by their `kubernetes.io/service-name` label.
+/// EndpointSlices, packed, indexed by their `kubernetes.io/service-name` label.
 #[derive(Debug, Default)]
 pub struct SliceStore {
-    slices: NsMap<EndpointSlice>,
+    slices: NsMap<PackedSlice>,
     /// Namespace → service-name label → slice names.
     by_service: HashMap<Arc<str>, HashMap<Box<str>, index::Names>>,
+}
+
+/// A cached slice: the Service it is labelled with, and the whole object packed.
+#[derive(Debug)]
+struct PackedSlice {
+    service: Option<Box<str>>,
+    slice: Packed<EndpointSlice>,
+}
+
+impl PackedSlice {
+    fn unpack(&self) -> Arc<EndpointSlice> {
+        Arc::new(self.slice.unpack())
+    }
 }
 
 fn service_label(s: &EndpointSlice) -> Option<&str> {
@@ -386,17 +428,17 @@ impl SliceStore {
             .into_iter()
             .flatten()
             .filter_map(|n| self.slices.get(namespace, n))
-            .cloned()
+            .map(|s| s.unpack())
             .collect()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<EndpointSlice>> {
-        self.slices.iter().map(|(_, _, s)| s)
+    /// Every slice, decoded one at a time.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<EndpointSlice>> + '_ {
+        self.slices.iter().map(|(_, _, s)| s.unpack())
     }
 
-    fn unindex(&mut self, slice: &EndpointSlice) {
-        let (ns, name) = (meta_ns(&slice.metadata), meta_name(&slice.metadata));
-        let Some(svc) = service_label(slice) else {
+    fn unindex(&mut self, ns: &str, name: &str, service: Option<&str>) {
+        let Some(svc) = service else {
             return;
         };
         if let Some(m) = self.by_service.get_mut(ns) {
@@ -417,36 +459,43 @@ impl Store for SliceStore {
     type Item = EndpointSlice;
 
     fn upsert(&mut self, slice: Arc<EndpointSlice>) -> Option<Arc<EndpointSlice>> {
-        let ns = meta_ns(&slice.metadata);
-        let (old, name) = self
-            .slices
-            .insert(ns, meta_name(&slice.metadata), slice.clone());
+        let (ns, name) = (meta_ns(&slice.metadata), meta_name(&slice.metadata));
+        let service = service_label(&slice);
+        let packed = PackedSlice {
+            service: service.map(Box::from),
+            slice: Packed::new(&*slice),
+        };
+        let (old, shared) = self.slices.insert(ns, name, Arc::new(packed));
         if let Some(o) = &old {
-            self.unindex(o);
+            self.unindex(ns, name, o.service.as_deref());
         }
-        if let Some(svc) = service_label(&slice) {
+        if let Some(svc) = service {
             self.by_service
                 .entry(Arc::from(ns))
                 .or_default()
                 .entry(Box::from(svc))
                 .or_default()
-                .insert(name);
+                .insert(shared);
         }
-        old
+        old.map(|o| o.unpack())
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
         let old = self.slices.remove(namespace, name)?;
-        self.unindex(&old);
-        Some(old)
+        self.unindex(namespace, name, old.service.as_deref());
+        Some(old.unpack())
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<EndpointSlice>> {
-        self.slices.get(namespace, name).cloned()
+        self.slices.get(namespace, name).map(|s| s.unpack())
     }
 
     fn all(&self) -> Vec<Arc<EndpointSlice>> {
-        self.iter().cloned().collect()
+        self.iter().collect()
+    }
+
+    fn keys(&self) -> Vec<(String, String)> {
+        self.slices.keys()
     }
 
     fn len(&self) -> usize {
@@ -454,15 +503,16 @@ impl Store for SliceStore {
     }
 }
 
-/// Endpoints objects.
+/// Endpoints objects, packed.
 #[derive(Debug, Default)]
 pub struct EndpointsStore {
-    endpoints: NsMap<Endpoints>,
+    endpoints: NsMap<Packed<Endpoints>>,
 }
 
 impl EndpointsStore {
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Endpoints>> {
-        self.endpoints.iter().map(|(_, _, e)| e)
+    /// Every Endpoints object, decoded one at a time.
+    pub fn iter(&self) -> impl Iterator<Item = Arc<Endpoints>> + '_ {
+        self.endpoints.iter().map(|(_, _, e)| Arc::new(e.unpack()))
     }
 }
 
@@ -470,22 +520,32 @@ impl Store for EndpointsStore {
     type Item = Endpoints;
 
     fn upsert(&mut self, e: Arc<Endpoints>) -> Option<Arc<Endpoints>> {
-        let (old, _) =
-            self.endpoints
-                .insert(meta_ns(&e.metadata), meta_name(&e.metadata), e.clone());
-        old
+        let (old, _) = self.endpoints.insert(
+            meta_ns(&e.metadata),
+            meta_name(&e.metadata),
+            Arc::new(Packed::new(&*e)),
+        );
+        old.map(|o| Arc::new(o.unpack()))
     }
 
     fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<Endpoints>> {
-        self.endpoints.remove(namespace, name)
+        self.endpoints
+            .remove(namespace, name)
+            .map(|o| Arc::new(o.unpack()))
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<Endpoints>> {
-        self.endpoints.get(namespace, name).cloned()
+        self.endpoints
+            .get(namespace, name)
+            .map(|o| Arc::new(o.unpack()))
     }
 
     fn all(&self) -> Vec<Arc<Endpoints>> {
-        self.iter().cloned().collect()
+        self.iter().collect()
+    }
+
+    fn keys(&self) -> Vec<(String, String)> {
+        self.endpoints.keys()
     }
 
     fn len(&self) -> usize {
@@ -530,6 +590,13 @@ impl Store for NodeStore {
         self.nodes.values().cloned().collect()
     }
 
+    fn keys(&self) -> Vec<(String, String)> {
+        self.nodes
+            .keys()
+            .map(|n| (String::new(), n.clone()))
+            .collect()
+    }
+
     fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -572,6 +639,13 @@ impl<T: Keyed + Send + Sync + 'static> Store for ClusterStore<T> {
 
     fn all(&self) -> Vec<Arc<T>> {
         self.objects.values().cloned().collect()
+    }
+
+    fn keys(&self) -> Vec<(String, String)> {
+        self.objects
+            .keys()
+            .map(|n| (String::new(), n.clone()))
+            .collect()
     }
 
     fn len(&self) -> usize {

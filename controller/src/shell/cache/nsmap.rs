@@ -75,6 +75,13 @@ impl<T> NsMap<T> {
             .flat_map(|(ns, objs)| objs.iter().map(move |(name, o)| (ns, name, o)))
     }
 
+    /// (namespace, name) of every object.
+    pub fn keys(&self) -> Vec<(String, String)> {
+        self.iter()
+            .map(|(ns, name, _)| (ns.to_string(), name.to_string()))
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
