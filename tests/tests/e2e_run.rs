@@ -469,6 +469,7 @@ async fn the_secure_metrics_port_serves_those_rbac_allows() {
 /// window, reach the EndpointSlice and the Endpoints object in at most three writes
 /// each (the first change at once, the rest together when the window ends), and the
 /// final state is exact. Synced one by one they would take a write per Pod or close.
+/// A second wave soon after that batch is written once each: its first Pod waits.
 #[tokio::test]
 async fn a_burst_of_pods_turning_ready_is_written_in_a_few_writes() {
     use svcplane_tests::binary::sample;
@@ -589,6 +590,46 @@ async fn a_burst_of_pods_turning_ready_is_written_in_a_few_writes() {
         assert!(
             slice_writes < PODS as u64 / 2,
             "{slice_writes} slice updates"
+        );
+    }
+
+    // The next wave, once the burst is over (four windows since the last sync) but
+    // while that sync, which carried a batch, is less than eight windows old: its
+    // first Pod waits for the rest instead of being written alone.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    const WAVE: usize = 5;
+    let before = updates(&p);
+    let wave = Instant::now();
+    let more: Vec<Pod> = (0..WAVE)
+        .map(|i| {
+            pod(&format!("web-next-{i}"), "web")
+                .node("node-a")
+                .ip(&format!("10.2.1.{}", i + 1))
+                .ready()
+                .build()
+        })
+        .collect();
+    // One after another, as a rollout step creates them.
+    for p in &more {
+        create_pods(&client, &ns, std::slice::from_ref(p))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let created_in = wave.elapsed();
+    eventually(Duration::from_secs(30), "the wave's endpoints", || async {
+        ready_count(&slices(&client, &ns, "web").await) == PODS + WAVE
+            && endpoints(client.clone(), ns.clone()).await == PODS + WAVE
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = updates(&p);
+    let (slice_writes, endpoints_writes) = (after.0 - before.0, after.1 - before.1);
+    if created_in < Duration::from_millis(900) {
+        assert!(
+            slice_writes == 1 && endpoints_writes == 1,
+            "{WAVE} Pods created in {created_in:?}: {slice_writes} slice updates, \
+             {endpoints_writes} Endpoints updates (one each expected)"
         );
     }
     p.signal("TERM");

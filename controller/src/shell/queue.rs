@@ -22,9 +22,12 @@
 //! coalescible add of it within `window` of its last sync waits until that window has
 //! passed, merging with every add that comes meanwhile; an add of a key not in a burst
 //! is handed out at once, and an add while the key is being synced waits `window`
-//! after that sync ends. So a Service whose Pods change one after another (a rolling
-//! update) is written about once per window with everything that changed, while a
-//! single change, or two, is written at once. Each add names its window (withdrawn
+//! after that sync ends. A key whose last burst carried a *batch* (a sync of three adds
+//! or more) and ended less than two burst gaps ago is still in a burst: its next add waits
+//! `window` from its own arrival, gathering the rest of the next wave instead of
+//! being written alone ahead of it. So a Service whose Pods change one after another
+//! or in waves (a rolling update) is written about once per window or wave with
+//! everything that changed, while a single change, or two, is written at once. Each add names its window (withdrawn
 //! endpoints a short one) and the shortest waiting one wins; a plain
 //! [`QueueCore::add`] never waits and overtakes a coalesced add already waiting.
 
@@ -86,6 +89,21 @@ impl RateLimit {
     }
 }
 
+/// Adds one sync must carry to count as a batch (see the module docs).
+const BATCH: u32 = 3;
+
+/// How a key's last sync went, for write coalescing.
+#[derive(Debug, Clone, Copy)]
+struct LastSync {
+    /// When it was done.
+    at: Instant,
+    /// It came within the burst gap of the sync before.
+    burst: bool,
+    /// It carried at least [`BATCH`] coalescible adds, or came in a burst whose
+    /// syncs did.
+    batch: bool,
+}
+
 /// The queue's state and rules, driven by an explicit clock.
 #[derive(Debug)]
 pub(crate) struct QueueCore<K> {
@@ -111,9 +129,13 @@ pub(crate) struct QueueCore<K> {
     /// Two syncs of a key closer than this make a burst (zero: coalescing off, and
     /// `add_coalesced` is a plain add).
     burst_gap: Duration,
-    /// When each recently synced key was last done, and whether that sync came
-    /// within `burst_gap` of the one before (only then are its adds held back).
-    last_done: HashMap<K, (Instant, bool)>,
+    /// When each recently synced key was last done, and how (only a sync in a burst
+    /// holds the next adds back).
+    last_done: HashMap<K, LastSync>,
+    /// Coalescible adds of each key since it was last handed out, then, while it is
+    /// processed, those its sync carries: the batch size.
+    adds_since_pop: HashMap<K, u32>,
+    batch_of: HashMap<K, u32>,
     /// Keys given a coalescible add while being processed, with the shortest window
     /// asked for (re-queued that long after they are done).
     deferred: HashMap<K, Duration>,
@@ -136,6 +158,8 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             started_at: HashMap::new(),
             burst_gap: Duration::ZERO,
             last_done: HashMap::new(),
+            adds_since_pop: HashMap::new(),
+            batch_of: HashMap::new(),
             deferred: HashMap::new(),
         }
     }
@@ -151,6 +175,9 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     /// processed, `window` after it is done (see the module docs). A shorter window
     /// overtakes a longer one already waiting. Returns whether it was queued for now.
     pub(crate) fn add_coalesced(&mut self, key: K, window: Duration, now: Instant) -> bool {
+        if !self.burst_gap.is_zero() {
+            *self.adds_since_pop.entry(key.clone()).or_default() += 1;
+        }
         if self.burst_gap.is_zero() || window.is_zero() || self.dirty.contains(&key) {
             return self.add_at(key, Some(now));
         }
@@ -160,9 +187,13 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             return false;
         }
         match self.last_done.get(&key) {
-            Some((done, true)) if *done + window > now => {
-                let wait = *done + window - now;
+            Some(last) if last.burst && last.at + window > now => {
+                let wait = last.at + window - now;
                 self.add_after(key, wait, now);
+                false
+            }
+            Some(last) if last.batch && last.at + self.burst_gap * 2 > now => {
+                self.add_after(key, window, now);
                 false
             }
             _ => self.add_at(key, Some(now)),
@@ -270,6 +301,9 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
         self.dirty.remove(&key);
         self.processing.insert(key.clone());
         self.started_at.insert(key.clone(), now);
+        if let Some(adds) = self.adds_since_pop.remove(&key) {
+            self.batch_of.insert(key.clone(), adds);
+        }
         let waited = self
             .added_at
             .remove(&key)
@@ -300,17 +334,25 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
         } else if let Some(window) = deferred {
             self.add_after(key.clone(), window, now);
         }
+        let adds = self.batch_of.remove(key).unwrap_or(0);
         if !self.burst_gap.is_zero() {
-            let burst = self
+            let before = self
                 .last_done
                 .get(key)
-                .is_some_and(|(before, _)| *before + self.burst_gap > now);
-            self.last_done.insert(key.clone(), (now, burst));
+                .filter(|before| before.at + self.burst_gap > now);
+            // A burst that carried a batch stays one to its end, whatever its last
+            // syncs carried (the stragglers of a wave, a resync of the key).
+            let last = LastSync {
+                at: now,
+                burst: before.is_some(),
+                batch: adds >= BATCH || before.is_some_and(|b| b.batch),
+            };
+            self.last_done.insert(key.clone(), last);
             // Forget keys synced long ago, in amortised O(1): only when the map has
             // doubled since the last sweep. No window is anywhere near a minute.
             if self.last_done.len() >= 1024 && self.last_done.len().is_power_of_two() {
                 let horizon = Duration::from_secs(60);
-                self.last_done.retain(|_, (done, _)| *done + horizon > now);
+                self.last_done.retain(|_, last| last.at + horizon > now);
             }
         }
     }
@@ -775,6 +817,56 @@ mod coalescing_tests {
         assert_eq!(q.pop(t0 + ms(105)), Some("svc"));
         q.done(&"svc", t0 + ms(106));
         assert_eq!(q.pop(t0 + ms(500)), None, "the merged adds made one sync");
+    }
+
+    /// One sync carrying three adds, done at `t`.
+    fn batch(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant) {
+        for _ in 0..3 {
+            q.add_coalesced(key, WINDOW, t);
+        }
+        assert_eq!(q.pop(t), Some(key));
+        q.done(&key, t);
+    }
+
+    #[test]
+    fn after_a_sync_that_carried_a_batch_the_next_wave_gathers_for_a_window() {
+        let (mut q, t0) = queue();
+        batch(&mut q, "svc", t0);
+        // Past the window, within two burst gaps (the test's gap is one window).
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(150)), "gathers");
+        assert_eq!(q.next_due(), Some(t0 + ms(250)));
+        // A withdrawal names a shorter window and overtakes.
+        q.add_coalesced("svc", ms(25), t0 + ms(160));
+        assert_eq!(q.next_due(), Some(t0 + ms(185)));
+        assert_eq!(q.pop(t0 + ms(185)), Some("svc"));
+    }
+
+    #[test]
+    fn a_small_sync_at_the_end_of_a_batch_burst_keeps_the_next_wave_gathering() {
+        let (mut q, t0) = queue();
+        batch(&mut q, "svc", t0);
+        // A straggler synced within the burst gap carries one add.
+        q.add("svc");
+        q.pop(t0 + ms(50));
+        q.done(&"svc", t0 + ms(50));
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(200)), "gathers");
+        assert_eq!(q.next_due(), Some(t0 + ms(300)));
+    }
+
+    #[test]
+    fn a_batch_long_ago_or_syncs_of_single_changes_do_not_hold_a_change_back() {
+        let (mut q, t0) = queue();
+        batch(&mut q, "svc", t0);
+        assert!(
+            q.add_coalesced("svc", WINDOW, t0 + ms(200)),
+            "two burst gaps have passed"
+        );
+        q.pop(t0 + ms(200));
+        q.done(&"svc", t0 + ms(201));
+        assert!(
+            q.add_coalesced("svc", WINDOW, t0 + ms(320)),
+            "that sync carried one change: not a batch"
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! a wide struct per endpoint, a B-tree node per map); its JSON about 3.4 KB, and that
 //! JSON compressed with LZ4 about a third of that again, because an object repeats its
 //! own field names, namespace and name prefixes. Packing costs a few microseconds
-//! per watch event and unpacking a few per object a sync reads; at 10 000 Services the
-//! cache keeps some 120 MB less (`cargo bench -p svcplane-controller --bench
+//! per watch event and unpacking under twenty per object a sync reads; at 10 000 Services the
+//! cache keeps some 160 MB less (`cargo bench -p svcplane-controller --bench
 //! cache_memory` prints both sides).
 
 use std::marker::PhantomData;
