@@ -22,14 +22,15 @@
 //! coalescible add of it within `window` of its last sync waits until that window has
 //! passed, merging with every add that comes meanwhile; an add of a key not in a burst
 //! is handed out at once, and an add while the key is being synced waits `window`
-//! after that sync ends. A key whose last burst carried a *batch* (a sync of three adds
-//! or more) and ended less than two burst gaps ago is still in a burst: its next add waits
-//! `window` from its own arrival, gathering the rest of the next wave instead of
-//! being written alone ahead of it. So a Service whose Pods change one after another
-//! or in waves (a rolling update) is written about once per window or wave with
-//! everything that changed, while a single change, or two, is written at once. Each add names its window (withdrawn
-//! endpoints a short one) and the shortest waiting one wins; a plain
-//! [`QueueCore::add`] never waits and overtakes a coalesced add already waiting.
+//! after that sync ends. A key whose last burst carried a *batch* (a sync of three
+//! adds or more) and ended less than two burst gaps ago is still in a burst: its next
+//! add waits `window` from its own arrival, gathering the rest of the next wave instead
+//! of being written alone ahead of it. So a Service whose Pods change one after
+//! another or in waves (a rolling update) is written about once per window or wave
+//! with everything that changed, while a single change, or two, is written at once.
+//! Each add names its window (withdrawn endpoints a short one) and the shortest
+//! waiting one wins; a plain [`QueueCore::add`] never waits and overtakes a coalesced
+//! add already waiting.
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
