@@ -34,7 +34,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use svcplane_tests::binary::{SvcplaneProcess, free_port};
 use svcplane_tests::envtest;
-use svcplane_tests::sim::cluster::{NodeSpec, PodFactory, nodes, services};
+use svcplane_tests::sim::cluster::{NodeSpec, PodFactory, for_create, nodes, services};
 use svcplane_tests::webhook_env::{certs, install_claim_crd};
 
 #[derive(Debug, Parser)]
@@ -188,19 +188,6 @@ fn fail(msg: &str) -> ExitCode {
 
 fn log(msg: &str) {
     let _ = writeln!(std::io::stderr(), "[sizing] {msg}");
-}
-
-/// What the API server takes on create: no uid, times, managedFields or status.
-fn for_create(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in ["uid", "creationTimestamp", "managedFields", "generateName"] {
-            m.remove(k);
-        }
-    }
-    if let Some(o) = v.as_object_mut() {
-        o.remove("status");
-    }
-    v
 }
 
 async fn measure(args: &Args, pods: usize) -> anyhow::Result<String> {

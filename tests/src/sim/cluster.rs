@@ -189,6 +189,20 @@ pub struct PodSpec {
     pub ready_changed: u64,
 }
 
+/// A simulated object's JSON as the API server takes it on create (the benches that
+/// load a real API server): no uid, times, managedFields or status.
+pub fn for_create(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in ["uid", "creationTimestamp", "managedFields", "generateName"] {
+            m.remove(k);
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    v
+}
+
 /// A unique Pod IP in 10.0.0.0/9 for each index.
 pub fn pod_ip(n: u64) -> String {
     let n = n + 1;

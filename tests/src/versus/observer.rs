@@ -147,8 +147,9 @@ impl PodChange {
     }
 }
 
-/// Whether an object belongs to the `default/kubernetes` Service.
-fn excluded(meta: &ObjectMeta) -> bool {
+/// Whether an object is (or belongs to) the `default/kubernetes` Service: left out
+/// of every count and check, as the API server itself writes its Endpoints.
+pub(super) fn excluded(meta: &ObjectMeta) -> bool {
     meta.namespace.as_deref() == Some("default")
         && (meta.name.as_deref() == Some("kubernetes")
             || meta

@@ -34,17 +34,6 @@ fn key_of(meta: &ObjectMeta) -> Key {
     }
 }
 
-/// Whether an object is (or belongs to) the `default/kubernetes` Service.
-fn of_kubernetes_service(meta: &ObjectMeta) -> bool {
-    meta.namespace.as_deref() == Some("default")
-        && (meta.name.as_deref() == Some("kubernetes")
-            || meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_SERVICE_NAME))
-                .is_some_and(|s| s == "kubernetes"))
-}
-
 async fn list<K>(client: &Client) -> anyhow::Result<BTreeMap<Key, Arc<K>>>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -59,7 +48,7 @@ where
         .items;
     Ok(items
         .into_iter()
-        .filter(|o| !of_kubernetes_service(o.meta()))
+        .filter(|o| !super::observer::excluded(o.meta()))
         .map(|o| (key_of(o.meta()), Arc::new(o)))
         .collect())
 }

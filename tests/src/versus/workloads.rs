@@ -21,10 +21,12 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::observer::{Observer, PodChange};
-use crate::sim::cluster::{NodeSpec, PodFactory, PodSpec, Rng, ServiceSpec, nodes, services};
+use crate::sim::cluster::{
+    NodeSpec, PodFactory, PodSpec, Rng, ServiceSpec, for_create, nodes, services,
+};
 use crate::sim::observe::ObjKey;
 
 /// The workloads, in the order they run by default.
@@ -208,19 +210,6 @@ fn rolling_batches() -> Vec<usize> {
         left -= n;
     }
     out
-}
-
-/// What the API server takes on create: no uid, times, managedFields or status.
-fn for_create(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in ["uid", "creationTimestamp", "managedFields", "generateName"] {
-            m.remove(k);
-        }
-    }
-    if let Some(o) = v.as_object_mut() {
-        o.remove("status");
-    }
-    v
 }
 
 /// Runs `op` until it succeeds (`ok` errors count as success), [`ATTEMPTS`] times.
