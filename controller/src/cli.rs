@@ -30,6 +30,7 @@ pub mod heading {
     pub const LIFECYCLE: &str = "Lifecycle";
     pub const CHECK: &str = "Check";
     pub const INPUT: &str = "Input & output";
+    pub const RBAC: &str = "RBAC";
 }
 
 const ABOUT: &str = "The control plane of Kubernetes Service networking: \
@@ -45,6 +46,7 @@ Start with:
   svcplane run --kubeconfig FILE ...  controllers + webhook, as the Helm chart deploys them
   svcplane check -n kube-system       is the installed webhook answering?
   svcplane crd | kubectl apply -f -   the AllocationClaim CRD the webhook needs
+  svcplane rbac [RUN FLAGS]           the RBAC objects `run` needs with those flags
 
 Documentation: README.md and charts/svcplane/README.md in the repository.";
 
@@ -82,6 +84,9 @@ pub enum Command {
     /// Check that the installed webhook answers: a server-side dry-run create of a
     /// probe Service, retried until svcplane's answer shows or the timeout.
     Check(CheckArgs),
+    /// Print the RBAC objects (ClusterRole, Roles and their bindings) `svcplane run`
+    /// needs when given the same flags, for installs without the chart's RBAC.
+    Rbac(Box<RbacArgs>),
     /// Print the CustomResourceDefinition of svcplane's AllocationClaim (the
     /// webhook's cross-replica lock) as YAML, for `kubectl apply -f -`.
     Crd,
@@ -273,6 +278,26 @@ pub struct WebhookArgs {
     #[arg(long, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "SVCPLANE_LOG_FORMAT",
           help_heading = heading::OBSERVABILITY)]
     pub log_format: LogFormat,
+}
+
+/// Flags of `svcplane rbac`: `run`'s flags, and whom to bind the roles to.
+#[derive(Debug, Clone, Args)]
+pub struct RbacArgs {
+    /// Name of the printed roles and bindings.
+    #[arg(long, value_name = "NAME", default_value = "svcplane", help_heading = heading::RBAC)]
+    pub name: String,
+
+    /// The ServiceAccount `svcplane run` runs as.
+    #[arg(long, value_name = "NAME", default_value = "svcplane", help_heading = heading::RBAC)]
+    pub service_account: String,
+
+    /// Its namespace (default: `$POD_NAMESPACE`, else `kube-system`).
+    #[arg(long, value_name = "NAMESPACE", help_heading = heading::RBAC)]
+    pub service_account_namespace: Option<String>,
+
+    /// The flags `svcplane run` is given.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// Flags of `svcplane check`.

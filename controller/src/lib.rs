@@ -18,6 +18,7 @@ pub mod kube_client;
 pub mod leader;
 pub mod logging;
 pub mod plan;
+pub mod rbac_cmd;
 pub mod run_cmd;
 pub mod shell;
 mod token_bucket;

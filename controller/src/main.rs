@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{check_cmd, explain, logging, plan, run_cmd, webhook_cmd};
+use svcplane_controller::{check_cmd, explain, logging, plan, rbac_cmd, run_cmd, webhook_cmd};
 use svcplane_webhook::claim::AllocationClaim;
 
 pub(crate) fn main() -> ExitCode {
@@ -72,6 +72,22 @@ pub(crate) fn main() -> ExitCode {
                 (false, msg) => writeln!(std::io::stderr().lock(), "{msg}"),
             };
             ExitCode::from(code)
+        }
+        Command::Rbac(args) => {
+            logging::init(v, "warn", LogFormat::Text);
+            match rbac_cmd::run(&args) {
+                Ok(yaml) => {
+                    let mut out = std::io::stdout().lock();
+                    if out.write_all(yaml.as_bytes()).is_err() {
+                        return ExitCode::FAILURE;
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    let _ = writeln!(std::io::stderr(), "svcplane rbac: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Crd => match serde_saphyr::to_string(&AllocationClaim::crd()) {
             Ok(yaml) => {

@@ -449,15 +449,6 @@ def g(group, resources, verbs, names=()):
     return {(group, r, v, tuple(names)) for r in resources for v in verbs}
 
 
-READ = ["list", "watch"]
-CONTROLLER_GRANTS = (g("", ["services", "pods", "nodes"], READ)
-                     | g("", ["endpoints"], READ + ["create", "update", "delete"])
-                     | g("discovery.k8s.io", ["endpointslices"], READ + ["create", "update", "delete"])
-                     | g("events.k8s.io", ["events"], ["create", "patch"])
-                     | g("networking.k8s.io", ["ipaddresses", "servicecidrs"], READ)
-                     | g("svcplane.io", ["allocationclaims"], ["get"] + READ + ["create", "delete"]))
-
-
 def test_the_service_cidr_controller_gets_its_writes_only_when_enabled():
     for controllers in (["*", "servicecidr"], ["endpointslice", "service-cidr-controller"]):
         got = grants(rules(render_objects({"controllers": controllers}), "ClusterRole"))
@@ -466,26 +457,79 @@ def test_the_service_cidr_controller_gets_its_writes_only_when_enabled():
     assert not any(res.startswith("servicecidrs") and verb == "patch" for (_, res, verb, _) in got)
 
 
-SECURE_METRICS_GRANTS = (g("authentication.k8s.io", ["tokenreviews"], ["create"])
-                         | g("authorization.k8s.io", ["subjectaccessreviews"], ["create"]))
+def test_owners_finalizers_are_granted_for_owner_references_permission_enforcement():
+    """Slices and mirrored slices set blockOwnerDeletion on their owner reference; with the
+    OwnerReferencesPermissionEnforcement admission plugin that needs `update` on the owner's
+    finalizers (kube-controller-manager's bootstrap roles grant the same)."""
+    got = grants(rules(objects("default"), "ClusterRole"))
+    assert g("", ["services/finalizers", "endpoints/finalizers"], ["update"]) <= got
+    assert g("", ["endpoints/restricted"], ["create"]) <= got
+    got = grants(rules(render_objects({"controllers": ["endpoints"]}), "ClusterRole"))
+    assert not {x for x in got if x[1].endswith("/finalizers")}, got
 
 
-def own_cluster_role_grants(objs: list[dict]) -> set[tuple]:
-    return grants(one(objs, "ClusterRole", "svcplane")["rules"])
+def tuples(rule_list: list[dict], namespace: str | None) -> set[tuple]:
+    """(namespace, group, resource, verb, resourceName) for every combination a rule grants."""
+    return {(namespace, grp, res, verb, name)
+            for r in rule_list if "nonResourceURLs" not in r
+            for grp in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]
+            for name in (r.get("resourceNames") or [None])}
 
 
-def test_cluster_role_is_exactly_what_the_code_uses():
-    # Default (certMode self, secure metrics): also get/patch of our two webhook
-    # configurations, by name, and the secure metrics port's token checks.
-    assert own_cluster_role_grants(objects("default")) == CONTROLLER_GRANTS | SECURE_METRICS_GRANTS | g(
-        "admissionregistration.k8s.io", ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
-        ["get", "patch"], ["svcplane"])
-    for v in VARIANTS:
-        want = CONTROLLER_GRANTS | (SECURE_METRICS_GRANTS if merged_values(v)["metrics"]["secure"]["enabled"] else set())
-        if cert_mode(v) != "self":
-            assert own_cluster_role_grants(objects(v)) == want, v
-        else:
-            assert want <= own_cluster_role_grants(objects(v)), v
+def bound_grants(objs: list[dict], subject: dict) -> set[tuple]:
+    """Everything the chart's roles grant `subject` (a binding subject), as tuples."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objs if o["kind"] in ("ClusterRole", "Role")}
+    out: set[tuple] = set()
+    for b in objs:
+        if b["kind"] not in ("ClusterRoleBinding", "RoleBinding") or subject not in b["subjects"]:
+            continue
+        ref = b["roleRef"]
+        ns = b["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        out |= tuples(roles[(ref["kind"], ns, ref["name"])]["rules"], ns)
+    return out
+
+
+def svcplane_rbac(binary: pathlib.Path, run_args: list[str]) -> list[dict]:
+    """`svcplane rbac <run args>` as the Deployment's Pod would run it (POD_NAMESPACE set)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCPLANE_")}
+    env.update(POD_NAME="svcplane-test", POD_NAMESPACE=NAMESPACE)
+    result = subprocess.run([str(binary), "rbac", "--service-account-namespace", NAMESPACE, *run_args],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, f"svcplane rbac {run_args} failed:\n{result.stderr}"
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+RBAC_CASES = [(v, None) for v in VARIANTS] + [
+    ("default", {"controllers": ["endpointslice"]}),
+    ("default", {"controllers": ["*", "-endpointslice-mirroring-controller"]}),
+    ("default", {"controllers": ["endpoints-controller", "servicecidr"]}),
+    ("default", {"controllers": ["*", "service-cidr-controller", "-endpoint"]}),
+    ("default", {"controllers": ["allocator-repair"], "webhook": {"enabled": False}}),
+    ("default", {"replicaCount": 1, "leaderElection": {"enabled": False}}),
+    ("default", {"metrics": {"secure": {"enabled": False}}}),
+]
+
+
+@pytest.mark.parametrize("variant,overrides", RBAC_CASES)
+def test_chart_rbac_is_exactly_what_svcplane_rbac_says_the_rendered_flags_need(variant, overrides):
+    """Both ways: the chart grants the Deployment's ServiceAccount everything `svcplane rbac`
+    prints for the Deployment's own args (the code's access table), and nothing more."""
+    binary = run_capable_binary()
+    if overrides is None:
+        objs = objects(variant)
+    else:
+        objs = render_objects({**variant_values(variant), **overrides})
+    args = container(objs)["args"]
+    assert args[0] == "run"
+    sa = deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"]
+    subject = {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}
+    chart = bound_grants(objs, subject)
+    printed = svcplane_rbac(binary, args[1:])
+    want = bound_grants(printed, {"kind": "ServiceAccount", "name": "svcplane", "namespace": NAMESPACE})
+    assert want, printed
+    assert not want - chart, f"the code needs what the chart does not grant: {sorted(want - chart, key=str)}"
+    assert not chart - want, f"the chart grants what the code never uses: {sorted(chart - want, key=str)}"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -498,7 +542,7 @@ def test_lease_role_cert_manager_shape(variant):
     assert create == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
     named = [r for r in role["rules"] if "create" not in r["verbs"]]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                      "resourceNames": [lease], "verbs": ["get", "update", "patch"]}]
+                      "resourceNames": [lease], "verbs": ["get", "update"]}]
     sa = one(objs, "ServiceAccount", "svcplane")["metadata"]["name"]
     assert deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"] == sa
     for kind, ref_kind, ref_name, name in (

@@ -3,10 +3,13 @@
 - every PromQL expression (dashboard panels and variables, alert rules) parses
   (promql-parser, the Rust crate's Python binding, pinned in tests/chart/run.sh);
 - every metric an expression names is one svcplane exports: the metrics table
-  of the top-level README ("### Probes and metrics");
+  of the top-level README ("### Probes and metrics"); the rules may also name
+  the kube-apiserver metrics the README's "## Alerts and runbooks" lists in its
+  "kube-apiserver metric" table, and nothing else of kube-apiserver's;
 - every selector carries the scoping matchers (the dashboard's $namespace/$job
-  variables, the rules' metrics.prometheusRule.selector), since kube-apiserver
-  and kube-controller-manager export some of the same names;
+  variables, the rules' metrics.prometheusRule.selector, or for kube-apiserver's
+  metrics metrics.prometheusRule.apiserverSelector), since kube-apiserver and
+  kube-controller-manager export some of the same names;
 - every alert has a severity, a summary, a description whose $labels exist in
   the expression's result, and a runbook_url whose anchor is a README heading;
 - the values (thresholds, durations, disabled, selector, namespaces, labels)
@@ -32,7 +35,7 @@ import pytest
 import yaml
 
 from test_chart import CHART, CI_VARIANTS, HERE, NAMESPACE, REPO, merged_values, objects, of_kind, one, \
-    render_objects, schema_error
+    render_objects, schema_error, webhook_entries
 
 README = REPO / "README.md"
 DASHBOARD = CHART / "files" / "dashboard.json"
@@ -54,12 +57,14 @@ ALERTS = {
     "SvcplaneNoLeader", "SvcplaneSyncErrors", "SvcplaneAPIWriteErrors", "SvcplaneWorkqueueBacklog",
     "SvcplaneSlowSyncs", "SvcplaneWebhookErrors", "SvcplaneWebhookDenialsRising", "SvcplaneWebhookSlow",
     "SvcplaneCertificateExpiring", "SvcplaneClusterIPRangeNearlyFull", "SvcplaneNodePortRangeNearlyFull",
-    "SvcplaneClaimsNotReleased",
+    "SvcplaneClaimsNotReleased", "SvcplaneWebhookFailingOpen",
 }
 WEBHOOK_ALERTS = {"SvcplaneWebhookErrors", "SvcplaneWebhookDenialsRising", "SvcplaneWebhookSlow",
                   "SvcplaneCertificateExpiring", "SvcplaneClusterIPRangeNearlyFull",
-                  "SvcplaneNodePortRangeNearlyFull", "SvcplaneClaimsNotReleased"}
+                  "SvcplaneNodePortRangeNearlyFull", "SvcplaneClaimsNotReleased", "SvcplaneWebhookFailingOpen"}
 DEFAULT_SELECTOR = {"job": "svcplane-metrics", "namespace": NAMESPACE}
+# metrics.prometheusRule.apiserverSelector's default: kube-prometheus-stack's job for kube-apiserver.
+DEFAULT_APISERVER_SELECTOR = {"job": "apiserver"}
 RUNBOOK_BASE = "https://github.com/svcplane/svcplane/blob/main/README.md"
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
@@ -100,21 +105,38 @@ def _expand(token: str, previous: str | None) -> list[str]:
     return names
 
 
+def _section(heading: str) -> str:
+    """README.md from `heading` to the next heading of level 2 or 3."""
+    text = README.read_text()
+    start = text.index(heading)
+    end = min(i for i in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if i > 0)
+    return text[start:end]
+
+
 def readme_metrics() -> dict[str, str]:
     """{name: type} of the metrics table under "### Probes and metrics" in README.md
     (type "histogram" where the row says so; in rows of mixed types the `_duration`
     and `_duration_seconds` names are the histograms)."""
-    text = README.read_text()
-    start = text.index("### Probes and metrics")
-    end = min(i for i in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if i > 0)
+    return _metric_table(_section("### Probes and metrics"), "metric")
+
+
+def readme_apiserver_metrics() -> dict[str, str]:
+    """{name: type} of kube-apiserver's metrics the alerts read: the table headed
+    "kube-apiserver metric" in the introduction of README's "## Alerts and runbooks".
+    These come from kube-apiserver's own scrape, never from svcplane's."""
+    return _metric_table(_section("\n## Alerts and runbooks\n"), "kube-apiserver metric")
+
+
+def _metric_table(section: str, header: str) -> dict[str, str]:
+    """{name: type} of the rows of the tables in `section` whose first header cell is `header`."""
     out: dict[str, str] = {}
     in_table = False
-    for line in text[start:end].splitlines():
+    for line in section.splitlines():
         if not line.startswith("|"):
             in_table = False
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] == "metric":
+        if cells[0] == header:
             in_table = True
             continue
         if not in_table or set(cells[0]) <= {"-", " "}:
@@ -142,6 +164,8 @@ def allowed_metrics() -> set[str]:
 
 
 ALLOWED = allowed_metrics()
+# kube-apiserver's metrics (rules only, under metrics.prometheusRule.apiserverSelector)
+APISERVER_ALLOWED = set(readme_apiserver_metrics())
 
 
 def test_readme_metrics_table_is_read():
@@ -168,6 +192,15 @@ def test_readme_metrics_table_is_read():
         assert name in names, f"README's metrics table lacks {name}"
         assert (names[name] == "histogram") == (kind == "histogram"), f"{name}: {names[name]}"
     assert "svcplane_webhook_review_duration_seconds_bucket" in ALLOWED
+
+
+def test_readme_lists_the_kube_apiserver_metrics_the_alerts_read():
+    names = readme_apiserver_metrics()
+    assert names == {"apiserver_admission_webhook_fail_open_count": "counter"}, names
+    # a name in both lists would leave open which scrape (and selector) it comes from
+    assert not APISERVER_ALLOWED & ALLOWED, APISERVER_ALLOWED & ALLOWED
+    # svcplane's own table is untouched by it: the dashboard may not use it
+    assert "apiserver_admission_webhook_fail_open_count" not in ALLOWED
 
 
 # ------------------------------------------------------------------- PromQL
@@ -204,12 +237,12 @@ def equality_matchers(sel) -> dict[str, str]:
     return {m.name: m.value for m in sel.matchers.matchers if str(m.op) == "MatchOp.Equal"}
 
 
-def unknown_metrics(exprs: dict[str, str]) -> list[str]:
+def unknown_metrics(exprs: dict[str, str], allowed: set[str] = ALLOWED) -> list[str]:
     bad = []
     for where, expr in exprs.items():
         for sel in selectors(parse(expr, where)):
             name = metric_name(sel)
-            if name not in ALLOWED:
+            if name not in allowed:
                 bad.append(f"{where}: {name}")
     return bad
 
@@ -455,11 +488,18 @@ def test_every_alert_is_rendered_by_default():
 def test_rules_parse_name_only_exported_metrics_and_are_scoped(variant):
     rules = rules_of(rule_objects() if variant == "default, enabled" else objects(variant))
     exprs = {f"{r['alert']} ({r['labels']['severity']})": r["expr"] for r in rules}
-    assert not unknown_metrics(exprs), "metrics svcplane does not export:\n" + "\n".join(unknown_metrics(exprs))
+    bad = unknown_metrics(exprs, ALLOWED | APISERVER_ALLOWED)
+    assert not bad, "metrics neither svcplane nor (as the README lists) kube-apiserver exports:\n" + "\n".join(bad)
     for where, expr in exprs.items():
         for sel in selectors(parse(expr, where)):
             m = equality_matchers(sel)
-            assert {k: m.get(k) for k in DEFAULT_SELECTOR} == DEFAULT_SELECTOR, f"{where}: {sel} is not scoped"
+            if metric_name(sel) in APISERVER_ALLOWED:
+                # kube-apiserver's scrape: its own selector, never svcplane's
+                assert {k: m.get(k) for k in DEFAULT_APISERVER_SELECTOR} == DEFAULT_APISERVER_SELECTOR, \
+                    f"{where}: {sel} is not scoped to kube-apiserver"
+                assert m.get("job") != DEFAULT_SELECTOR["job"] and "namespace" not in m, f"{where}: {sel}"
+            else:
+                assert {k: m.get(k) for k in DEFAULT_SELECTOR} == DEFAULT_SELECTOR, f"{where}: {sel} is not scoped"
 
 
 def test_every_alert_has_severity_summary_description_and_a_runbook():
@@ -539,6 +579,72 @@ def test_webhook_slow_follows_the_webhook_timeout(timeout, threshold):
     assert f"({timeout}s)" in rule["annotations"]["description"]
 
 
+def failing_open(values: dict | None = None) -> tuple[dict, object, dict[str, object]]:
+    """The SvcplaneWebhookFailingOpen rule, its one selector and that selector's
+    matchers by label."""
+    (rule,) = alerts(values)["SvcplaneWebhookFailingOpen"]
+    (sel,) = selectors(parse(rule["expr"], "SvcplaneWebhookFailingOpen"))
+    return rule, sel, {m.name: m for m in sel.matchers.matchers}
+
+
+def webhook_names(objs: list[dict]) -> set[str]:
+    return {w["name"] for _, w in webhook_entries(objs)}
+
+
+@pytest.mark.parametrize("values", [{}, {"fullnameOverride": "netplane"}, {"nameOverride": "sp"}],
+                         ids=["default", "fullnameOverride", "nameOverride"])
+def test_webhook_failing_open_watches_exactly_the_charts_webhooks(values):
+    rule, sel, m = failing_open(values)
+    assert metric_name(sel) == "apiserver_admission_webhook_fail_open_count"
+    names = webhook_names(rule_objects(values))
+    assert names == {"mutate.services.svcplane.io", "validate.services.svcplane.io"}, names
+    if values:
+        # the configurations follow the override, the webhooks' names (the metric's `name`) do not
+        configs = {c["metadata"]["name"] for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                   for c in of_kind(rule_objects(values), kind)}
+        assert "svcplane" not in configs, configs
+    assert str(m["name"].op) == "MatchOp.Re"
+    pattern = m["name"].value
+    for name in names:
+        assert re.fullmatch(pattern, name), f"{pattern!r} misses {name}"
+    # Prometheus anchors the regex; dots are literal
+    for other in ("mutateXservicesXsvcplaneXio", "validate.services.svcplane.io.evil", "policy.example.com",
+                  "services.svcplane.io", ""):
+        assert not re.fullmatch(pattern, other), f"{pattern!r} matches {other!r}"
+    assert rule["expr"] == (
+        'increase(apiserver_admission_webhook_fail_open_count{job="apiserver",'
+        'name=~"mutate\\\\.services\\\\.svcplane\\\\.io|validate\\\\.services\\\\.svcplane\\\\.io"}[5m]) > 0')
+    assert rule["for"] == "10m" and rule["labels"]["severity"] == "warning"
+    for text in (rule["annotations"]["summary"], rule["annotations"]["description"]):
+        assert "{{ $labels.name }}" in text and "{{ $labels.type }}" in text, text
+    assert "in the last 5m." in rule["annotations"]["description"]
+
+
+def test_webhook_failing_open_follows_its_own_selector_window_and_for():
+    rule, sel, m = failing_open({"metrics": {"prometheusRule": {
+        "apiserverSelector": 'job="kube-apiserver", cluster="prod"',
+        "selector": 'job="kubernetes-pods",app_kubernetes_io_name="svcplane"',
+        "rules": {"SvcplaneWebhookFailingOpen": {"window": "15m", "for": "30m"}}}}})
+    eq = equality_matchers(sel)
+    assert eq["job"] == "kube-apiserver" and eq["cluster"] == "prod", eq
+    assert "app_kubernetes_io_name" not in eq, "svcplane's selector must not reach kube-apiserver's series"
+    assert "[15m]" in rule["expr"] and rule["for"] == "30m"
+    assert "in the last 15m." in rule["annotations"]["description"]
+    # empty: the webhook names alone pick the series
+    rule, sel, m = failing_open({"metrics": {"prometheusRule": {"apiserverSelector": ""}}})
+    assert set(m) == {"__name__", "name"} or set(m) == {"name"}, m
+    assert rule["expr"].startswith('increase(apiserver_admission_webhook_fail_open_count{name=~"'), rule["expr"]
+
+
+def test_webhook_failing_open_can_be_disabled_and_needs_failure_policy_ignore():
+    a = alerts({"metrics": {"prometheusRule": {"disabled": ["SvcplaneWebhookFailingOpen"]}}})
+    assert set(a) == ALERTS - {"SvcplaneWebhookFailingOpen"}
+    # under Fail the calls are refused, never counted as failing open
+    a = alerts({"webhook": {"failurePolicy": "Fail"}})
+    assert set(a) == ALERTS - {"SvcplaneWebhookFailingOpen"}
+    assert "SvcplaneWebhookFailingOpen" not in alerts({"webhook": {"enabled": False}})
+
+
 def test_thresholds_and_durations_follow_values():
     values = {"metrics": {"prometheusRule": {"rules": {
         "SvcplaneNoLeader": {"for": "2m"},
@@ -576,6 +682,9 @@ def test_selector_runbook_base_and_alert_labels_follow_values():
     for r in rules:
         for s in selectors(parse(r["expr"], r["alert"])):
             m = equality_matchers(s)
+            if metric_name(s) in APISERVER_ALLOWED:
+                assert m.get("job") == "apiserver" and "app_kubernetes_io_name" not in m, r["alert"]
+                continue
             assert m.get("job") == "kubernetes-pods" and m.get("app_kubernetes_io_name") == "svcplane", r["alert"]
             assert "namespace" not in m, r["alert"]
         assert "runbook_url" not in r["annotations"]
@@ -602,6 +711,10 @@ def test_disabled_alerts_and_webhook_off():
     ({"metrics": {"prometheusRule": {"rules": {"SvcplaneNoSuchAlert": {"for": "5m"}}}}},
      "/metrics/prometheusRule/rules"),
     ({"metrics": {"prometheusRule": {"selector": 'job="svcplane'}}}, "/metrics/prometheusRule/selector"),
+    ({"metrics": {"prometheusRule": {"apiserverSelector": "job=apiserver"}}},
+     "/metrics/prometheusRule/apiserverSelector"),
+    ({"metrics": {"prometheusRule": {"rules": {"SvcplaneWebhookFailingOpen": {"window": "5"}}}}},
+     "/metrics/prometheusRule/rules/SvcplaneWebhookFailingOpen/window"),
     ({"metrics": {"prometheusRule": {"runbookBaseURL": "README.md#"}}}, "/metrics/prometheusRule/runbookBaseURL"),
     ({"metrics": {"dashboard": {"namespace": "Monitoring"}}}, "/metrics/dashboard/namespace"),
 ])

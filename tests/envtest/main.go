@@ -52,6 +52,15 @@ import (
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
+// Admission plugins enabled on top of kube-apiserver's defaults, as production
+// clusters hardened beyond the defaults run them.
+var hardenedAdmissionPlugins = []string{
+	"OwnerReferencesPermissionEnforcement",
+	"NodeRestriction",
+	"AlwaysPullImages",
+	"DenyServiceExternalIPs",
+}
+
 func main() {
 	// Pdeathsig fires when the *thread* that started a child exits; keep the
 	// children's starter on the main thread, which lives as long as we do.
@@ -214,9 +223,15 @@ users:
 		"--service-account-signing-key-file=" + pki.saKeyFile,
 		"--service-cluster-ip-range=" + o.serviceCIDRs,
 		"--service-node-port-range=" + o.nodePortRange,
-		"--authorization-mode=RBAC",
-		"--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-		// No serviceaccount controller runs, so Pods could not be created.
+		"--authorization-mode=Node,RBAC",
+		// kube-apiserver's default admission plugins stay on (this flag adds to
+		// them), plus the ones hardened clusters add: OpenShift and CIS-benchmarked
+		// clusters run OwnerReferencesPermissionEnforcement, which refuses an owner
+		// reference with blockOwnerDeletion to whoever cannot update the owner's
+		// finalizers; svcplane's RBAC must pass it.
+		"--enable-admission-plugins=" + strings.Join(hardenedAdmissionPlugins, ","),
+		// The one default left out: no serviceaccount controller runs here, so the
+		// ServiceAccount plugin would refuse every Pod (it admits Pods only).
 		"--disable-admission-plugins=ServiceAccount",
 		// The loopback address would be refused in the kubernetes Endpoints.
 		"--endpoint-reconciler-type=none",

@@ -1,6 +1,7 @@
 //! Checks of the harness itself that later suites rely on: admission
 //! webhooks are called (the webhook suite registers svcplane's webhook this
-//! way), and the service range is dual-stack.
+//! way), the service range is dual-stack, and the hardened admission plugins
+//! (OwnerReferencesPermissionEnforcement) are on.
 
 use std::time::{Duration, Instant};
 
@@ -141,5 +142,140 @@ async fn service_range_is_dual_stack() -> anyhow::Result<()> {
         .unwrap_or_default();
     assert!((30000..=32767).contains(&port), "nodePort {port}");
     envtest::delete_namespace(&client, &ns).await;
+    Ok(())
+}
+
+/// The harness's kube-apiserver runs `OwnerReferencesPermissionEnforcement` (as
+/// OpenShift and hardened clusters do): a user allowed to create EndpointSlices but
+/// not to update the owning Service's finalizers cannot create a slice owned by the
+/// Service with `blockOwnerDeletion`, and can once `services/finalizers` is granted.
+/// The chart's RBAC is tested on this API server (`e2e_chart_rbac`), so without the
+/// plugin that suite could not see a missing finalizers grant.
+#[tokio::test]
+async fn owner_references_permission_enforcement_is_on() -> anyhow::Result<()> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_harness") else {
+        return Ok(());
+    };
+    if cluster.external {
+        skip(
+            "e2e_harness::owner_references_permission_enforcement_is_on",
+            &Skip::not_applicable(
+                "an external cluster's admission plugins are its own",
+                "unset SVCPLANE_E2E_KUBECONFIG to check the envtest harness",
+            ),
+        );
+        return Ok(());
+    }
+    let admin = cluster.client().await?;
+    let ns = envtest::create_namespace(&admin, "svcplane-e2e-ownerrefs-").await?;
+    let service = create_service(&admin, &ns, &svc("owner").port("http", 80, 8080).build()).await?;
+    let user = "svcplane-e2e-slice-writer";
+    let rule = |resources: &[&str], verbs: &[&str], group: &str| PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
+    let meta = |name: &str| kube::api::ObjectMeta {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    roles
+        .create(
+            &PostParams::default(),
+            &Role {
+                metadata: meta("slice-writer"),
+                rules: Some(vec![rule(
+                    &["endpointslices"],
+                    &["create"],
+                    "discovery.k8s.io",
+                )]),
+            },
+        )
+        .await?;
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &RoleBinding {
+                metadata: meta("slice-writer"),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name: "slice-writer".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    name: user.into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await?;
+    let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig)?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_owned());
+    let as_user: Api<EndpointSlice> = Api::namespaced(kube::Client::try_from(config)?, &ns);
+    let slice = |name: &str| -> anyhow::Result<EndpointSlice> {
+        Ok(EndpointSlice {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    name: "owner".into(),
+                    uid: service.metadata.uid.clone().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: vec![],
+            ports: None,
+        })
+    };
+    let refused = as_user
+        .create(&PostParams::default(), &slice("refused")?)
+        .await;
+    match refused {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains("blockOwnerDeletion"), "{}", s.message);
+        }
+        other => panic!("a slice owned with blockOwnerDeletion was not refused: {other:?}"),
+    }
+    roles
+        .patch(
+            "slice-writer",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"rules": [
+                rule(&["endpointslices"], &["create"], "discovery.k8s.io"),
+                rule(&["services/finalizers"], &["update"], ""),
+            ]})),
+        )
+        .await?;
+    // RBAC changes reach the authorizer's cache within moments.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match as_user
+            .create(&PostParams::default(), &slice("admitted")?)
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 403 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    envtest::delete_namespace(&admin, &ns).await;
     Ok(())
 }

@@ -237,3 +237,22 @@ clientConfig:
   caBundle: {{ .caBundle }}
   {{- end }}
 {{- end }}
+
+{{/*
+"true" when `svcplane run --controllers=<.controllers>` runs the controller known
+as any of .names (svcplane's name and kube-controller-manager's), else empty:
+`-name` switches it off, `*` switches on the controllers that are on by default
+(.defaultOn). The same rule as the binary's --controllers, so the RBAC below
+grants exactly what the running controllers use (tests/chart/test_chart.py
+compares it with `svcplane rbac`).
+*/}}
+{{- define "svcplane.runs" -}}
+{{- $on := false -}}
+{{- $off := false -}}
+{{- range .controllers -}}
+{{- if has . $.names }}{{ $on = true }}{{ end -}}
+{{- if and (eq . "*") $.defaultOn }}{{ $on = true }}{{ end -}}
+{{- if and (hasPrefix "-" .) (has (trimPrefix "-" .) $.names) }}{{ $off = true }}{{ end -}}
+{{- end -}}
+{{- if and $on (not $off) }}true{{ end -}}
+{{- end -}}

@@ -12,9 +12,11 @@
 //!   `/readyz` server; [`exposition`]: the text format upstream serves;
 //!   [`secure_metrics`], [`metrics_auth`]: `/metrics` over HTTPS for those RBAC allows;
 //! - [`options`]: the controllers' settings;
+//! - [`access`]: the API access (RBAC) the process needs, as one table;
 //! - [`registry`]: the table of controllers `svcplane run` can run;
 //! - [`runtime`]: starting and stopping the controllers as a unit.
 
+pub mod access;
 pub(crate) mod admin;
 pub(crate) mod apply;
 pub mod cache;

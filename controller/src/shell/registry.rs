@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::access::{self, Access, Grant};
 use super::cache::Resource;
 use super::controllers::allocator_repair::AllocatorRepair;
 use super::controllers::endpoints::EndpointsController;
@@ -32,6 +33,9 @@ pub(crate) struct Descriptor {
     pub(crate) default_on: bool,
     /// Its API client user (its own request budget, as in kube-controller-manager).
     pub(crate) client_user: &'static str,
+    /// The access it needs beyond list/watch of `reads`: its writes, and what admission
+    /// plugins check on its behalf (see [`super::access`]).
+    pub(crate) grants: &'static [Access],
     /// Builds it.
     pub(crate) build: fn(&Build<'_>) -> Arc<dyn Controller>,
 }
@@ -56,6 +60,18 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         ],
         default_on: true,
         client_user: "endpointslice-controller",
+        grants: &[
+            access::SLICE_WRITES,
+            Access {
+                group: "",
+                resource: "services/finalizers",
+                verbs: &["update"],
+                why: "slices name their Service as owner with blockOwnerDeletion, which \
+                      OwnerReferencesPermissionEnforcement allows only to who may update \
+                      the owner's finalizers",
+            },
+            access::EVENTS,
+        ],
         build: |b| {
             Arc::new(EndpointSliceController::new(
                 b.parts(RateLimit::ENDPOINT_SLICE, EndpointSliceController::QUEUE),
@@ -69,6 +85,23 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         reads: &[Resource::Services, Resource::Pods, Resource::Endpoints],
         default_on: true,
         client_user: "endpoint-controller",
+        grants: &[
+            Access {
+                group: "",
+                resource: "endpoints",
+                verbs: &["create", "update", "delete"],
+                why: "Endpoints objects written by the Endpoints controller",
+            },
+            Access {
+                group: "",
+                resource: "endpoints/restricted",
+                verbs: &["create"],
+                why: "OpenShift's RestrictedEndpointsAdmission checks it for Endpoints \
+                      addresses in the cluster's networks (kube-controller-manager's role \
+                      holds it too)",
+            },
+            access::EVENTS,
+        ],
         build: |b| {
             Arc::new(EndpointsController::new(
                 b.parts(RateLimit::ENDPOINTS, EndpointsController::QUEUE),
@@ -86,6 +119,17 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         ],
         default_on: true,
         client_user: "endpointslice-mirroring-controller",
+        grants: &[
+            access::SLICE_WRITES,
+            Access {
+                group: "",
+                resource: "endpoints/finalizers",
+                verbs: &["update"],
+                why: "mirrored slices name their Endpoints as owner with blockOwnerDeletion \
+                      (OwnerReferencesPermissionEnforcement)",
+            },
+            access::EVENTS,
+        ],
         build: |b| {
             Arc::new(MirroringController::new(
                 b.parts(RateLimit::MIRRORING, MirroringController::QUEUE),
@@ -99,6 +143,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         reads: &[Resource::Services, Resource::ServiceCidrs],
         default_on: true,
         client_user: "allocator-repair",
+        grants: &[access::EVENTS],
         build: |b| {
             Arc::new(AllocatorRepair::new(
                 b.cache.clone(),
@@ -115,6 +160,21 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         reads: &[Resource::ServiceCidrs, Resource::IpAddresses],
         default_on: false,
         client_user: "service-cidr-controller",
+        grants: &[
+            Access {
+                group: "networking.k8s.io",
+                resource: "servicecidrs",
+                verbs: &["patch"],
+                why: "the ServiceCIDR controller's finalizer (a patch of the object)",
+            },
+            Access {
+                group: "networking.k8s.io",
+                resource: "servicecidrs/status",
+                verbs: &["patch"],
+                why: "the ServiceCIDR controller's Ready condition (server-side apply)",
+            },
+            access::EVENTS,
+        ],
         build: |b| {
             Arc::new(ServiceCidrController::new(
                 // client-go's default controller limiter, as upstream's queue uses.
@@ -149,6 +209,24 @@ pub(crate) fn aliases_of(name: &str) -> &'static [&'static str] {
         .iter()
         .find(|d| d.name == name)
         .map_or(&[], |d| d.aliases)
+}
+
+/// Everything the controller `name` needs from RBAC: list/watch of what it reads and
+/// its [`Descriptor::grants`], cluster-wide (empty for a name the table lacks).
+pub(crate) fn grants_of(name: &str) -> Vec<Grant> {
+    let Some(d) = CONTROLLERS.iter().find(|d| d.name == name) else {
+        return Vec::new();
+    };
+    let reads = d.reads.iter().map(|r| Access {
+        group: r.group(),
+        resource: r.plural(),
+        verbs: &["list", "watch"],
+        why: "watched into the controllers' caches",
+    });
+    reads
+        .chain(d.grants.iter().copied())
+        .map(Grant::cluster)
+        .collect()
 }
 
 /// The canonical names, in table order.

@@ -832,6 +832,15 @@ impl Resource {
             Resource::IpAddresses => "ipaddresses",
         }
     }
+
+    /// The API group (`""` for the core group).
+    pub(crate) fn group(self) -> &'static str {
+        match self {
+            Resource::Services | Resource::Pods | Resource::Nodes | Resource::Endpoints => "",
+            Resource::EndpointSlices => "discovery.k8s.io",
+            Resource::ServiceCidrs | Resource::IpAddresses => "networking.k8s.io",
+        }
+    }
 }
 
 /// Every store of the process. Stores of resources nothing reads stay empty and
