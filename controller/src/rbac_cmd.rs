@@ -65,10 +65,15 @@ pub fn run(args: &RbacArgs) -> anyhow::Result<String> {
     ))
 }
 
-/// A YAML flow sequence of quoted strings (names, groups and verbs never need
-/// escaping beyond the quotes: they are DNS names, plurals and lowercase words).
+/// `s` as a double-quoted scalar: a JSON string is valid YAML, and names come from
+/// flags, so nothing in them may break the document.
+fn quoted(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}
+
+/// A YAML flow sequence of quoted strings.
 fn list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
-    let quoted: Vec<String> = items.into_iter().map(|i| format!("{i:?}")).collect();
+    let quoted: Vec<String> = items.into_iter().map(quoted).collect();
     format!("[{}]", quoted.join(", "))
 }
 
@@ -101,10 +106,11 @@ fn render(rules: &[Rule], name: &str, sa: &str, sa_namespace: &str) -> String {
     let mut out = String::from(
         "# What `svcplane run` needs with these flags (svcplane rbac); apply with kubectl apply -f -\n",
     );
+    let (name, sa, sa_namespace) = (quoted(name), quoted(sa), quoted(sa_namespace));
     for (namespace, rules) in by_namespace {
         let (kind, meta_ns) = match namespace {
             None => ("ClusterRole", String::new()),
-            Some(ns) => ("Role", format!("\n  namespace: {ns}")),
+            Some(ns) => ("Role", format!("\n  namespace: {}", quoted(ns))),
         };
         let _ = write!(
             out,
@@ -242,5 +248,25 @@ mod tests {
         assert_eq!(docs[2]["metadata"]["namespace"], "ops");
         assert_eq!(docs[3]["subjects"][0]["namespace"], "ops");
         assert!(!docs[0]["rules"].as_array().unwrap().is_empty());
+    }
+
+    #[test]
+    fn names_from_flags_cannot_break_the_yaml() {
+        let r = rules_for(&["--tls-secret-name=a: b", "--leader-elect=false"]);
+        let yaml = render(&r, "x: y", "sa\n- kind: User", "ns");
+        let docs: Vec<serde_json::Value> = yaml
+            .split("\n---\n")
+            .filter(|d| d.contains("kind:"))
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs[0]["metadata"]["name"], "x: y");
+        assert_eq!(docs[1]["subjects"].as_array().unwrap().len(), 1);
+        assert_eq!(docs[1]["subjects"][0]["name"], "sa\n- kind: User");
+        let secret = docs
+            .iter()
+            .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+            .find(|r| r["resourceNames"].is_array() && r["resources"][0] == "secrets")
+            .unwrap();
+        assert_eq!(secret["resourceNames"][0], "a: b");
     }
 }

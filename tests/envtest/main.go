@@ -225,8 +225,8 @@ users:
 		"--service-node-port-range=" + o.nodePortRange,
 		"--authorization-mode=Node,RBAC",
 		// kube-apiserver's default admission plugins stay on (this flag adds to
-		// them), plus the ones hardened clusters add: OpenShift and CIS-benchmarked
-		// clusters run OwnerReferencesPermissionEnforcement, which refuses an owner
+		// them), plus the ones hardened clusters add: OpenShift and clusters that
+		// enable it run OwnerReferencesPermissionEnforcement, which refuses an owner
 		// reference with blockOwnerDeletion to whoever cannot update the owner's
 		// finalizers; svcplane's RBAC must pass it.
 		"--enable-admission-plugins=" + strings.Join(hardenedAdmissionPlugins, ","),

@@ -310,11 +310,14 @@ mod tests {
             ..ProcessNeeds::default()
         };
         let rules = merge(process_grants(&needs));
-        for r in rules
+        let configurations: Vec<_> = rules
             .iter()
             .filter(|r| r.resource.ends_with("webhookconfigurations"))
-        {
+            .collect();
+        assert_eq!(configurations.len(), 2, "{rules:?}");
+        for r in configurations {
             assert_eq!(r.names, ["svcplane"]);
+            assert_eq!(r.namespace, None);
         }
         let without = ProcessNeeds {
             self_managed_certs: Some(SelfManagedCerts {
@@ -330,6 +333,25 @@ mod tests {
                 .any(|r| r.resource.ends_with("webhookconfigurations"))
         );
         assert_eq!(verbs(&rules, "", "secrets"), ["create", "get", "update"]);
+    }
+
+    #[test]
+    fn the_claims_grant_names_the_claims_crd() {
+        use kube::Resource as _;
+        use svcplane_webhook::claim::AllocationClaim;
+        let needs = ProcessNeeds {
+            webhook: true,
+            ..ProcessNeeds::default()
+        };
+        let rules = merge(process_grants(&needs));
+        let group = AllocationClaim::group(&());
+        let plural = AllocationClaim::plural(&());
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.group == group && r.resource == plural && r.verbs.contains("create")),
+            "{rules:?}"
+        );
     }
 
     #[test]

@@ -820,7 +820,7 @@ pub(crate) enum Resource {
 }
 
 impl Resource {
-    /// The plural name (logs and metrics).
+    /// The plural name (logs, metrics and RBAC rules).
     pub(crate) fn plural(self) -> &'static str {
         match self {
             Resource::Services => "services",
@@ -892,6 +892,29 @@ mod tests {
 
     fn cached(p: k8s_openapi::api::core::v1::Pod) -> Arc<CachedPod> {
         Arc::new(CachedPod::from_pod(p))
+    }
+
+    #[test]
+    fn each_resource_names_the_group_and_plural_of_its_api_type() {
+        // RBAC rules are built from these (shell::access): a typo would grant
+        // something the watch never uses.
+        fn of<K: k8s_openapi::Resource>() -> (&'static str, &'static str) {
+            (K::GROUP, K::URL_PATH_SEGMENT)
+        }
+        use k8s_openapi::api::{
+            core::v1 as core, discovery::v1 as discovery, networking::v1 as net,
+        };
+        for (r, want) in [
+            (Resource::Services, of::<core::Service>()),
+            (Resource::Pods, of::<core::Pod>()),
+            (Resource::Nodes, of::<core::Node>()),
+            (Resource::Endpoints, of::<core::Endpoints>()),
+            (Resource::EndpointSlices, of::<discovery::EndpointSlice>()),
+            (Resource::ServiceCidrs, of::<net::ServiceCIDR>()),
+            (Resource::IpAddresses, of::<net::IPAddress>()),
+        ] {
+            assert_eq!((r.group(), r.plural()), want, "{r:?}");
+        }
     }
 
     #[test]
