@@ -140,21 +140,22 @@ impl FieldErrorType {
     }
 }
 
-/// The bad value of a field error, rendered as Go's `field.Error` would.
+/// The bad value of a field error, rendered as apimachinery's `field.Error` does
+/// (1.36): a Go `string` with `%q`, integers bare, anything else as compact JSON
+/// (`json.Marshal`), so a nil pointer or slice is `null`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldValue {
     /// No value shown (Required, Forbidden).
     Omitted,
     /// A string, printed Go-quoted: `"garbage"`.
     Str(String),
-    /// An optional string pointer; `None` prints as `"null"` like upstream.
+    /// An optional string pointer (a named string type): JSON, `null` when absent.
     OptStr(Option<String>),
     /// An integer, printed bare: `30093`.
     Int(i64),
-    /// A `[]string`, printed `[]string{"a", "b"}`.
-    StrList(Vec<String>),
-    /// Already rendered (e.g. `[]core.IPFamily{"IPv4"}`).
-    Raw(String),
+    /// A slice of strings (or of a named string type): JSON, `["a","b"]`; `None`
+    /// for a nil slice, printed `null`.
+    StrList(Option<Vec<String>>),
 }
 
 /// Go `%q` for the ASCII-ish strings that appear in Service fields.
@@ -178,19 +179,41 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
+/// A JSON string as Go's `json.Marshal` writes it: `<`, `>` and `&` escaped too
+/// (its HTML-safe default), and U+2028/U+2029.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 impl fmt::Display for FieldValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Omitted => Ok(()),
             Self::Str(s) => f.write_str(&go_quote(s)),
-            Self::OptStr(Some(s)) => f.write_str(&go_quote(s)),
-            Self::OptStr(None) => f.write_str("\"null\""),
+            Self::OptStr(Some(s)) => f.write_str(&json_string(s)),
+            Self::OptStr(None) | Self::StrList(None) => f.write_str("null"),
             Self::Int(i) => write!(f, "{i}"),
-            Self::StrList(v) => {
-                let items: Vec<String> = v.iter().map(|s| go_quote(s)).collect();
-                write!(f, "[]string{{{}}}", items.join(", "))
+            Self::StrList(Some(v)) => {
+                let items: Vec<String> = v.iter().map(|s| json_string(s)).collect();
+                write!(f, "[{}]", items.join(","))
             }
-            Self::Raw(s) => f.write_str(s),
         }
     }
 }
@@ -368,18 +391,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bad_values_render_as_apimachinery_1_36_does() {
+        let list = FieldValue::StrList(Some(vec!["10.0.0.1".into(), "fd00::1".into()]));
+        assert_eq!(list.to_string(), r#"["10.0.0.1","fd00::1"]"#);
+        assert_eq!(FieldValue::StrList(None).to_string(), "null");
+        assert_eq!(FieldValue::OptStr(None).to_string(), "null");
+        assert_eq!(
+            FieldValue::OptStr(Some("SingleStack".into())).to_string(),
+            r#""SingleStack""#
+        );
+        // json.Marshal's HTML-safe escapes; %q for plain strings.
+        assert_eq!(
+            FieldValue::StrList(Some(vec!["a<b>&\"".into()])).to_string(),
+            r#"["a\u003cb\u003e\u0026\""]"#
+        );
+        assert_eq!(FieldValue::Str("a<b".into()).to_string(), r#""a<b""#);
+        assert_eq!(FieldValue::Int(30093).to_string(), "30093");
+    }
+
+    #[test]
     fn invalid_message_matches_upstream_example() {
         let e = ServiceError::invalid(
             "web",
             FieldError::invalid(
                 "spec.clusterIPs",
-                FieldValue::StrList(vec!["10.0.0.5".into()]),
+                FieldValue::StrList(Some(vec!["10.0.0.5".into()])),
                 "failed to allocate IP 10.0.0.5: provided IP is already allocated",
             ),
         );
         assert_eq!(
             e.to_string(),
-            "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.0.5\"}: failed to allocate IP 10.0.0.5: provided IP is already allocated"
+            "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.0.5\"]: failed to allocate IP 10.0.0.5: provided IP is already allocated"
         );
         assert_eq!(e.code(), 422);
         assert_eq!(e.reason(), "Invalid");
@@ -417,9 +459,6 @@ mod tests {
     #[test]
     fn nil_pointer_value_prints_null() {
         let e = FieldError::invalid("spec.ipFamilyPolicy", FieldValue::OptStr(None), "x");
-        assert_eq!(
-            e.to_string(),
-            "spec.ipFamilyPolicy: Invalid value: \"null\": x"
-        );
+        assert_eq!(e.to_string(), "spec.ipFamilyPolicy: Invalid value: null: x");
     }
 }

@@ -46,7 +46,7 @@ pub fn family_of_str(ip: &str) -> Option<IpFamily> {
 }
 
 fn cluster_ips_value(v: &SvcView) -> FieldValue {
-    FieldValue::StrList(v.cluster_ips.clone())
+    FieldValue::StrList(Some(v.cluster_ips.clone()))
 }
 
 fn policy_value(v: &SvcView) -> FieldValue {

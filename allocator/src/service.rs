@@ -292,6 +292,10 @@ impl Allocators {
             return Err(AllocIpFailure::Static(IpAllocError::MismatchedNetwork));
         };
         if dry {
+            // AL-3.3: upstream checks a dry run against one of the family's ranges (any
+            // one; with a single range, that range) and words a miss as that range's
+            // `ErrNotInRange`. An address in any ready range passes, as a real create
+            // would; a miss names the family's first range.
             return if alloc
                 .ranges()
                 .iter()
@@ -299,7 +303,13 @@ impl Allocators {
             {
                 Ok(a)
             } else {
-                Err(AllocIpFailure::Static(IpAllocError::MismatchedNetwork))
+                Err(AllocIpFailure::Static(match alloc.ranges().first() {
+                    Some(r) => IpAllocError::NotInRange {
+                        ip: a,
+                        valid_range: r.cidr().to_string(),
+                    },
+                    None => IpAllocError::MismatchedNetwork,
+                }))
             };
         }
         alloc.allocate(a).map_err(AllocIpFailure::Static)?;
@@ -330,7 +340,7 @@ impl Allocators {
                         &v.name,
                         FieldError::invalid(
                             "spec.clusterIPs",
-                            FieldValue::StrList(v.cluster_ips.clone()),
+                            FieldValue::StrList(Some(v.cluster_ips.clone())),
                             format!("failed to allocate IP {requested}: {e}"),
                         ),
                     ));

@@ -41,22 +41,22 @@ fn update(
 #[case::already_allocated(
     "10.0.0.5",
     true,
-    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.0.5\"}: failed to allocate IP 10.0.0.5: provided IP is already allocated"
+    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.0.5\"]: failed to allocate IP 10.0.0.5: provided IP is already allocated"
 )]
 #[case::out_of_range(
     "192.168.0.5",
     false,
-    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"192.168.0.5\"}: failed to allocate IP 192.168.0.5: the provided network does not match the current range"
+    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"192.168.0.5\"]: failed to allocate IP 192.168.0.5: the provided network does not match the current range"
 )]
 #[case::network_address(
     "10.0.0.0",
     false,
-    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.0.0\"}: failed to allocate IP 10.0.0.0: the provided network does not match the current range"
+    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.0.0\"]: failed to allocate IP 10.0.0.0: the provided network does not match the current range"
 )]
 #[case::broadcast_address(
     "10.0.255.255",
     false,
-    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.255.255\"}: failed to allocate IP 10.0.255.255: the provided network does not match the current range"
+    "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.255.255\"]: failed to allocate IP 10.0.255.255: the provided network does not match the current range"
 )]
 fn static_ip_failure_is_422(#[case] ip: &str, #[case] pre_taken: bool, #[case] msg: &str) {
     let mut a = al(V4);
@@ -557,8 +557,13 @@ fn dry_run_reserves_nothing() {
         "web3",
         json!({"clusterIP": "10.9.0.9", "ports": [{"port": 80}]}),
     );
-    assert_eq!(
-        a.allocate_create(&mut outside, true).unwrap_err().code(),
-        422
+    let refused = a.allocate_create(&mut outside, true).unwrap_err();
+    assert_eq!(refused.code(), 422);
+    // AL-5.5: worded as the range's ErrNotInRange, as kube-apiserver's dry run does.
+    assert!(
+        refused.to_string().ends_with(
+            "failed to allocate IP 10.9.0.9: the provided IP (10.9.0.9) is not in the valid range. The range of valid IPs is 10.0.0.0/16"
+        ),
+        "{refused}"
     );
 }

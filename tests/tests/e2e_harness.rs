@@ -279,3 +279,95 @@ async fn owner_references_permission_enforcement_is_on() -> anyhow::Result<()> {
     envtest::delete_namespace(&admin, &ns).await;
     Ok(())
 }
+
+/// Differential: kube-apiserver's own refusals of hand-picked values (no webhook in
+/// the way: a namespace no configuration reviews) equal svcplane's review of the same
+/// request against the same ranges, word for word, for a real create and a
+/// server-side dry run (WH-8, WH-8.7, AL-2.5, AL-7.1). Where kube-apiserver's dry run
+/// admits what its real create refuses (a nodePort out of range), svcplane refuses
+/// the dry run with the real create's words (WH-8.7). Ranges: the harness's
+/// defaults, `10.96.0.0/16,fd00:10:96::/112` and `30000-32767`.
+#[tokio::test]
+async fn refusals_are_worded_as_kube_apiserver_words_them() -> anyhow::Result<()> {
+    use svcplane_allocator::AllocatorConfig;
+    use svcplane_webhook::review::{Decoded, MutateDecision, decode, mutate};
+    use svcplane_webhook::state::AllocationState;
+
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_harness") else {
+        return Ok(());
+    };
+    if cluster.external {
+        skip(
+            "e2e_harness::refusals_are_worded_as_kube_apiserver_words_them",
+            &Skip::not_applicable(
+                "an external cluster's ranges are its own",
+                "unset SVCPLANE_E2E_KUBECONFIG to compare with the envtest harness",
+            ),
+        );
+        return Ok(());
+    }
+    let client = cluster.client().await?;
+    let ns = envtest::create_namespace(&client, "svcplane-e2e-words-").await?;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, &ns);
+    let cases = [
+        (
+            "outside",
+            serde_json::json!({"clusterIP": "10.97.0.5", "ports": [{"port": 80}]}),
+        ),
+        (
+            "network",
+            serde_json::json!({"clusterIP": "10.96.0.0", "ports": [{"port": 80}]}),
+        ),
+        (
+            "port",
+            serde_json::json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 40000}]}),
+        ),
+    ];
+    for (name, spec) in cases {
+        let mut real_refusal = String::new();
+        for dry_run in [false, true] {
+            let object = serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": &ns}, "spec": spec,
+            });
+            let params = PostParams {
+                dry_run,
+                ..PostParams::default()
+            };
+            let svc = serde_json::from_value(object.clone())?;
+            let upstream = match services.create(&params, &svc).await {
+                Err(kube::Error::Api(s)) => s.message,
+                Ok(_) if dry_run && name == "port" => real_refusal.clone(),
+                other => anyhow::bail!("{name} (dry run {dry_run}) was not refused: {other:?}"),
+            };
+            if !dry_run {
+                real_refusal = upstream.clone();
+            }
+            let review = serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u", "name": name, "namespace": &ns, "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "Service"},
+                    "resource": {"group": "", "version": "v1", "resource": "services"},
+                    "userInfo": {"username": "e2e"}, "object": object, "dryRun": dry_run,
+                },
+            });
+            let Decoded::Service(req) =
+                decode(&serde_json::to_vec(&review)?).map_err(|e| anyhow::anyhow!("{e:?}"))?
+            else {
+                anyhow::bail!("not decoded as a Service review");
+            };
+            let allocators =
+                AllocatorConfig::from_flags("10.96.0.0/16,fd00:10:96::/112", "30000-32767")?
+                    .allocators(1)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let ours = match mutate(&req, &mut AllocationState::new(allocators)) {
+                MutateDecision::Deny(e) => e.to_string(),
+                other => anyhow::bail!("svcplane admitted {name} (dry run {dry_run}): {other:?}"),
+            };
+            assert_eq!(ours, upstream, "{name}, dry run {dry_run}");
+        }
+    }
+    envtest::delete_namespace(&services.into_client(), &ns).await;
+    Ok(())
+}

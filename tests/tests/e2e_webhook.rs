@@ -99,7 +99,7 @@ async fn the_webhook_assigns_and_refuses_through_a_real_api_server() -> anyhow::
     assert_eq!(refusal.code, 422, "{refusal:?}");
     assert_eq!(refusal.reason, "Invalid");
     assert!(
-        refusal.message.starts_with(&format!("admission webhook \"{MUTATE_WEBHOOK}\" denied the request: Service \"probe-{i}\" is invalid: spec.clusterIPs: Invalid value: []string{{\"10.96.200.5\"}}: failed to allocate IP 10.96.200.5: the provided network does not match the current range")),
+        refusal.message.starts_with(&format!("admission webhook \"{MUTATE_WEBHOOK}\" denied the request: Service \"probe-{i}\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.200.5\"]: failed to allocate IP 10.96.200.5: the provided network does not match the current range")),
         "{}",
         refusal.message
     );
@@ -152,9 +152,24 @@ async fn the_webhook_assigns_and_refuses_through_a_real_api_server() -> anyhow::
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("The Service \"outside\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.200.7\"}: failed to allocate IP 10.96.200.7: the provided network does not match the current range"),
+        stderr.contains("The Service \"outside\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.200.7\"]: failed to allocate IP 10.96.200.7: the provided network does not match the current range"),
         "{stderr}"
     );
+
+    // 3b. The same as a server-side dry run: worded as kube-apiserver words its own dry
+    //     run (WH-8.7), naming the webhook's range.
+    let out = kubectl(
+        &cluster.kubeconfig,
+        &["-n", &ns, "create", "--dry-run=server", "-f", "-"],
+        &service_yaml("outside", "  clusterIP: 10.96.200.7\n", ""),
+    )?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let want = format!(
+        "The Service \"outside\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.200.7\"]: failed to allocate IP 10.96.200.7: the provided IP (10.96.200.7) is not in the valid range. The range of valid IPs is {}",
+        v4.cidr()
+    );
+    assert!(stderr.contains(&want), "{stderr}\nwanted: {want}");
 
     // 4. A malformed address is reported at spec.clusterIPs[0].
     let svc: Service = serde_json::from_value(json!({
@@ -187,7 +202,7 @@ async fn the_webhook_assigns_and_refuses_through_a_real_api_server() -> anyhow::
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("The Service \"validated\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.200.9\"}: failed to allocate IP 10.96.200.9: the provided network does not match the current range"),
+        stderr.contains("The Service \"validated\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.200.9\"]: failed to allocate IP 10.96.200.9: the provided network does not match the current range"),
         "{stderr}"
     );
     // The raw answer names the validating webhook.

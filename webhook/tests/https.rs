@@ -712,7 +712,7 @@ mod real_handler {
         assert_eq!(status["reason"], "Invalid");
         assert_eq!(
             status["message"],
-            "Service \"api\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.50\"}: failed to allocate IP 10.96.0.50: provided IP is already allocated"
+            "Service \"api\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.0.50\"]: failed to allocate IP 10.96.0.50: provided IP is already allocated"
         );
         assert_eq!(status["details"]["kind"], "Service");
         assert_eq!(status["details"]["causes"][0]["field"], "spec.clusterIPs");

@@ -1030,7 +1030,7 @@ fn ip_held_by_a_service_is_refused_with_upstreams_message() {
     assert_eq!(
         r.webhook.message.as_deref(),
         Some(
-            "Service \"explain-probe\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: provided IP is already allocated"
+            "Service \"explain-probe\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.0.10\"]: failed to allocate IP 10.96.0.10: provided IP is already allocated"
         )
     );
     assert_eq!(

@@ -75,6 +75,9 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
     });
     let txn = match outcome {
         Ok(txn) => txn,
+        Err(Refusal::Deny(e)) if req.dry_run => {
+            return MutateDecision::Deny(dry_run_wording(req, state, e));
+        }
         Err(Refusal::Deny(e)) => return MutateDecision::Deny(e),
         Err(Refusal::Doomed) => return unchanged(),
     };
@@ -87,6 +90,31 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
         patch: allocation_patch(&req.object, &before, &after, txn.allocated(), mode),
         warnings: band_warnings(state.allocators(), &fresh, &txn),
         reserved: txn.allocated().to_vec(),
+    }
+}
+
+/// WH-8.7: a dry run svcplane refuses is worded as kube-apiserver words its own dry
+/// run, whenever upstream's dry-run mode (AL-5.5) refuses it too; kube-apiserver checks
+/// a dry run against one range, so an address outside every range reads
+/// `the provided IP (…) is not in the valid range…` there, not the real create's
+/// `the provided network does not match…`. Where upstream's dry run would pass (a
+/// taken address), svcplane's stricter refusal stands.
+fn dry_run_wording(
+    req: &ServiceRequest,
+    state: &mut AllocationState,
+    refusal: ServiceError,
+) -> ServiceError {
+    let mut svc = req.service.clone();
+    let upstream = state.evaluate(&req.service_ref(), |a| match req.old_service.as_ref() {
+        Some(old) if req.operation == Operation::Update => {
+            hold_kept_values(a, old);
+            a.allocate_update(&mut svc, old, true)
+        }
+        _ => a.allocate_create(&mut svc, true),
+    });
+    match upstream {
+        Err(e) => e,
+        Ok(_) => refusal,
     }
 }
 

@@ -8,7 +8,6 @@
 //! ipFamilies errors is the clusterIPs list, and causes are not de-duplicated.
 
 use k8s_openapi::api::core::v1::Service;
-use svcplane_allocator::error::go_quote;
 use svcplane_allocator::view::{SINGLE_STACK, SvcView};
 use svcplane_allocator::{FieldError, FieldValue};
 
@@ -37,23 +36,10 @@ pub fn validate_update(new: &Service, old: &Service) -> Vec<FieldError> {
     errs
 }
 
-/// Go `%#v` of a `[]string`: `[]string(nil)` when empty (the API server's decoded
-/// object holds nil for an omitted list).
+/// A `[]string` or `[]core.IPFamily` as apimachinery prints it: JSON, and `null`
+/// when empty (the API server's decoded object holds nil for an omitted list).
 fn string_list(v: &[String]) -> FieldValue {
-    if v.is_empty() {
-        FieldValue::Raw("[]string(nil)".into())
-    } else {
-        FieldValue::StrList(v.to_vec())
-    }
-}
-
-/// Go `%#v` of a `[]core.IPFamily`.
-fn family_list(v: &[String]) -> FieldValue {
-    if v.is_empty() {
-        return FieldValue::Raw("[]core.IPFamily(nil)".into());
-    }
-    let items: Vec<String> = v.iter().map(|s| go_quote(s)).collect();
-    FieldValue::Raw(format!("[]core.IPFamily{{{}}}", items.join(", ")))
+    FieldValue::StrList((!v.is_empty()).then(|| v.to_vec()))
 }
 
 fn single_stack(v: &SvcView) -> bool {
@@ -129,7 +115,7 @@ fn upgrade_downgrade_ip_families(n: &SvcView, o: &SvcView) -> Vec<FieldError> {
             if *f != n.ip_families[i] {
                 errs.push(FieldError::invalid(
                     "spec.ipFamilies[0]",
-                    family_list(&n.ip_families),
+                    string_list(&n.ip_families),
                     MAY_NOT_CHANGE,
                 ));
             }
@@ -139,7 +125,7 @@ fn upgrade_downgrade_ip_families(n: &SvcView, o: &SvcView) -> Vec<FieldError> {
         if n.cluster_ips.is_empty() {
             errs.push(FieldError::invalid(
                 "spec.ipFamilies[0]",
-                family_list(&n.ip_families),
+                string_list(&n.ip_families),
                 "primary ipFamily can not be unset",
             ));
         }

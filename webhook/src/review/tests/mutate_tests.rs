@@ -234,8 +234,49 @@ fn rule_5_2_user_ip_outside_the_range_is_denied() {
     let d = mutate(&req, &mut st);
     assert_eq!(
         denial(&d),
-        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.200.0.5\"}: failed to allocate IP 10.200.0.5: the provided network does not match the current range"
+        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.200.0.5\"]: failed to allocate IP 10.200.0.5: the provided network does not match the current range"
     );
+}
+
+/// WH-8.7: kube-apiserver 1.36 checks a dry run against one range and words a miss
+/// as that range's `ErrNotInRange` (measured: `kubectl create --dry-run=server` of
+/// 10.97.0.5 on a 10.96.0.0/16 cluster); a real create says the network does not match.
+#[test]
+fn rule_wh_8_7_a_dry_run_outside_every_range_is_worded_as_upstreams_dry_run() {
+    let mut st = small();
+    let object = svc(
+        "web",
+        json!({"type": "ClusterIP", "clusterIP": "10.200.0.5", "clusterIPs": ["10.200.0.5"], "ports": [{"port": 80}]}),
+    );
+    let dry = decoded(&review_json("CREATE", "uid-d", &object, None, true));
+    assert_eq!(
+        denial(&mutate(&dry, &mut st)),
+        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.200.0.5\"]: failed to allocate IP 10.200.0.5: the provided IP (10.200.0.5) is not in the valid range. The range of valid IPs is 10.0.0.0/24"
+    );
+    // The network address is outside the usable range too, in a dry run as upstream.
+    let object = svc(
+        "net",
+        json!({"type": "ClusterIP", "clusterIP": "10.0.0.0", "clusterIPs": ["10.0.0.0"], "ports": [{"port": 80}]}),
+    );
+    let dry = decoded(&review_json("CREATE", "uid-n", &object, None, true));
+    assert!(
+        denial(&mutate(&dry, &mut st))
+            .ends_with("the provided IP (10.0.0.0) is not in the valid range. The range of valid IPs is 10.0.0.0/24")
+    );
+}
+
+#[test]
+fn rule_wh_8_7_a_dry_run_of_a_taken_address_keeps_svcplanes_stricter_refusal() {
+    // Upstream's dry run does not look at what is taken; svcplane refuses as the real
+    // create would be refused, with the real create's words.
+    let mut st = small();
+    hold_other(&mut st, "other", vec![cip("10.0.0.5")]);
+    let object = svc(
+        "web",
+        json!({"type": "ClusterIP", "clusterIP": "10.0.0.5", "clusterIPs": ["10.0.0.5"], "ports": [{"port": 80}]}),
+    );
+    let dry = decoded(&review_json("CREATE", "uid-d", &object, None, true));
+    assert!(denial(&mutate(&dry, &mut st)).ends_with("provided IP is already allocated"));
 }
 
 #[test]
@@ -250,7 +291,7 @@ fn rule_5_2_user_ip_held_by_another_service_is_denied() {
     let d = mutate(&req, &mut st);
     assert_eq!(
         denial(&d),
-        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.0.5\"}: failed to allocate IP 10.0.0.5: provided IP is already allocated"
+        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.0.5\"]: failed to allocate IP 10.0.0.5: provided IP is already allocated"
     );
     assert_eq!(marked(&st), before, "a denial leaves no trace");
     assert!(

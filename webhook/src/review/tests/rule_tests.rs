@@ -26,10 +26,10 @@ fn rules(spec: Value) -> Vec<String> {
     &["spec.clusterIPs: Required value"])]
 #[case::first_must_match(
     json!({"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.2"]}),
-    &["spec.clusterIPs: Invalid value: []string{\"10.0.0.2\"}: first value must match `clusterIP`"])]
+    &["spec.clusterIPs: Invalid value: [\"10.0.0.2\"]: first value must match `clusterIP`"])]
 #[case::ips_without_cluster_ip(
     json!({"clusterIPs": ["10.0.0.2"]}),
-    &["spec.clusterIPs: Invalid value: []string{\"10.0.0.2\"}: must be empty when `clusterIP` is not specified"])]
+    &["spec.clusterIPs: Invalid value: [\"10.0.0.2\"]: must be empty when `clusterIP` is not specified"])]
 #[case::family_not_supported(
     json!({"ipFamilies": ["IPv5"]}),
     &["spec.ipFamilies[0]: Unsupported value: \"IPv5\": supported values: \"IPv4\", \"IPv6\""])]
@@ -41,7 +41,7 @@ fn rules(spec: Value) -> Vec<String> {
     &["spec.ipFamilyPolicy: Unsupported value: \"MaybeDualStack\": supported values: \"PreferDualStack\", \"RequireDualStack\", \"SingleStack\""])]
 #[case::none_not_alone(
     json!({"clusterIP": "None", "clusterIPs": ["None", "10.0.0.1"]}),
-    &["spec.clusterIPs: Invalid value: []string{\"None\", \"10.0.0.1\"}: 'None' must be the first and only value"])]
+    &["spec.clusterIPs: Invalid value: [\"None\",\"10.0.0.1\"]: 'None' must be the first and only value"])]
 #[case::entry_not_an_ip(
     json!({"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "garbage"]}),
     &["spec.clusterIPs[1]: Invalid value: \"garbage\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"])]
@@ -50,11 +50,11 @@ fn rules(spec: Value) -> Vec<String> {
     &["spec.clusterIPs[1]: Invalid value: \"\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"])]
 #[case::more_than_two(
     json!({"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "fd00::1", "10.0.0.2"]}),
-    &["spec.clusterIPs: Invalid value: []string{\"10.0.0.1\", \"fd00::1\", \"10.0.0.2\"}: may only hold up to 2 values",
-      "spec.clusterIPs: Invalid value: []string{\"10.0.0.1\", \"fd00::1\", \"10.0.0.2\"}: may specify no more than one IP for each IP family"])]
+    &["spec.clusterIPs: Invalid value: [\"10.0.0.1\",\"fd00::1\",\"10.0.0.2\"]: may only hold up to 2 values",
+      "spec.clusterIPs: Invalid value: [\"10.0.0.1\",\"fd00::1\",\"10.0.0.2\"]: may specify no more than one IP for each IP family"])]
 #[case::same_family_twice(
     json!({"clusterIP": "10.0.0.1", "clusterIPs": ["10.0.0.1", "10.0.0.2"]}),
-    &["spec.clusterIPs: Invalid value: []string{\"10.0.0.1\", \"10.0.0.2\"}: may specify no more than one IP for each IP family"])]
+    &["spec.clusterIPs: Invalid value: [\"10.0.0.1\",\"10.0.0.2\"]: may specify no more than one IP for each IP family"])]
 #[case::family_mismatch_v4(
     json!({"clusterIP": "fd00::5", "clusterIPs": ["fd00::5"], "ipFamilies": ["IPv4"]}),
     &["spec.clusterIPs[0]: Invalid value: \"fd00::5\": expected an IPv4 value as indicated by `ipFamilies[0]`"])]
@@ -140,19 +140,19 @@ fn patch(base: Value, changes: Value) -> Value {
 #[rstest]
 #[case::cluster_ip_changed(old_single(),
     json!({"clusterIP": "10.0.0.9", "clusterIPs": ["10.0.0.9"]}),
-    &["spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.9\"}: may not change once set"])]
+    &["spec.clusterIPs[0]: Invalid value: [\"10.0.0.9\"]: may not change once set"])]
 #[case::secondary_changed(old_dual(),
     json!({"clusterIPs": ["10.0.0.1", "fd00::2"]}),
-    &["spec.clusterIPs[1]: Invalid value: []string{\"10.0.0.1\", \"fd00::2\"}: may not change once set"])]
+    &["spec.clusterIPs[1]: Invalid value: [\"10.0.0.1\",\"fd00::2\"]: may not change once set"])]
 #[case::primary_changed_on_upgrade(old_single(),
     json!({"clusterIP": "10.0.0.2", "clusterIPs": ["10.0.0.2", "fd00::1"], "ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}),
-    &["spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.2\", \"fd00::1\"}: may not change once set"])]
+    &["spec.clusterIPs[0]: Invalid value: [\"10.0.0.2\",\"fd00::1\"]: may not change once set"])]
 #[case::primary_changed_on_downgrade(old_dual(),
     json!({"clusterIP": "10.0.0.2", "clusterIPs": ["10.0.0.2"], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}),
-    &["spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.2\"}: may not change once set"])]
+    &["spec.clusterIPs[0]: Invalid value: [\"10.0.0.2\"]: may not change once set"])]
 #[case::all_removed(old_single(),
     json!({"clusterIP": null, "clusterIPs": null}),
-    &["spec.clusterIPs[0]: Invalid value: []string(nil): primary clusterIP can not be unset"])]
+    &["spec.clusterIPs[0]: Invalid value: null: primary clusterIP can not be unset"])]
 #[case::secondary_removed_without_single_stack(old_dual(),
     json!({"clusterIPs": ["10.0.0.1"], "ipFamilies": ["IPv4"]}),
     &["spec.ipFamilyPolicy: Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP",
@@ -165,18 +165,18 @@ fn patch(base: Value, changes: Value) -> Value {
     &[])]
 #[case::families_changed(old_single(),
     json!({"ipFamilies": ["IPv6"]}),
-    &["spec.ipFamilies[0]: Invalid value: []core.IPFamily{\"IPv6\"}: may not change once set"])]
+    &["spec.ipFamilies[0]: Invalid value: [\"IPv6\"]: may not change once set"])]
 #[case::both_families_swapped(old_dual(),
     json!({"ipFamilies": ["IPv6", "IPv4"]}),
-    &["spec.ipFamilies[0]: Invalid value: []core.IPFamily{\"IPv6\", \"IPv4\"}: may not change once set",
-      "spec.ipFamilies[0]: Invalid value: []core.IPFamily{\"IPv6\", \"IPv4\"}: may not change once set"])]
+    &["spec.ipFamilies[0]: Invalid value: [\"IPv6\",\"IPv4\"]: may not change once set",
+      "spec.ipFamilies[0]: Invalid value: [\"IPv6\",\"IPv4\"]: may not change once set"])]
 #[case::primary_family_changed_on_upgrade(old_single(),
     json!({"clusterIPs": ["10.0.0.1", "fd00::1"], "ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "PreferDualStack"}),
-    &["spec.ipFamilies[0]: Invalid value: []string{\"10.0.0.1\", \"fd00::1\"}: may not change once set"])]
+    &["spec.ipFamilies[0]: Invalid value: [\"10.0.0.1\",\"fd00::1\"]: may not change once set"])]
 #[case::primary_family_unset(old_dual(),
     json!({"clusterIP": null, "clusterIPs": null, "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}),
-    &["spec.clusterIPs[0]: Invalid value: []string(nil): primary clusterIP can not be unset",
-      "spec.ipFamilies[0]: Invalid value: []core.IPFamily{\"IPv4\"}: primary ipFamily can not be unset"])]
+    &["spec.clusterIPs[0]: Invalid value: null: primary clusterIP can not be unset",
+      "spec.ipFamilies[0]: Invalid value: [\"IPv4\"]: primary ipFamily can not be unset"])]
 #[case::headless_to_headless_changes_families(
     json!({"type": "ClusterIP", "clusterIP": "None", "clusterIPs": ["None"], "ipFamilies": ["IPv4"], "ports": [{"port": 80}]}),
     json!({"ipFamilies": ["IPv6"]}),
@@ -191,7 +191,7 @@ fn patch(base: Value, changes: Value) -> Value {
 #[case::lb_class_removed(
     json!({"type": "LoadBalancer", "loadBalancerClass": "a.example/one", "ports": [{"port": 80}]}),
     json!({"loadBalancerClass": null}),
-    &["spec.loadBalancerClass: Invalid value: \"null\": may not change once set"])]
+    &["spec.loadBalancerClass: Invalid value: null: may not change once set"])]
 #[case::hcnp_changed(
     json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "healthCheckNodePort": 30005, "ports": [{"port": 80}]}),
     json!({"healthCheckNodePort": 30006}),

@@ -51,7 +51,7 @@ fn ip_held_by_another_service_is_denied() {
     let d = validate(&create(final_cluster_ip("web", "10.0.0.5")), &mut st);
     assert_eq!(
         validate_denial(&d),
-        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.0.0.5\"}: failed to allocate IP 10.0.0.5: provided IP is already allocated"
+        "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.0.0.5\"]: failed to allocate IP 10.0.0.5: provided IP is already allocated"
     );
     assert_eq!(marked(&st), before);
 }
@@ -115,7 +115,7 @@ fn ip_outside_every_range_network_and_broadcast_are_mismatched() {
         assert_eq!(
             validate_denial(&d),
             format!(
-                "Service \"web\" is invalid: spec.clusterIPs: Invalid value: []string{{\"{bad}\"}}: failed to allocate IP {bad}: the provided network does not match the current range"
+                "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"{bad}\"]: failed to allocate IP {bad}: the provided network does not match the current range"
             )
         );
     }
@@ -157,7 +157,7 @@ fn wrong_family_is_denied() {
     let d = validate(&create(obj), &mut st);
     assert_eq!(
         validate_denial(&d),
-        "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"fd00::5\"}: IPv6 is not configured on this cluster"
+        "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: [\"fd00::5\"]: IPv6 is not configured on this cluster"
     );
 }
 
@@ -260,7 +260,7 @@ fn update_immutability_is_enforced() {
     let new = final_cluster_ip("web", "10.0.0.6");
     assert_eq!(
         validate_denial(&validate(&update(new, old), &mut st)),
-        "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"10.0.0.6\"}: may not change once set"
+        "Service \"web\" is invalid: spec.clusterIPs[0]: Invalid value: [\"10.0.0.6\"]: may not change once set"
     );
 }
 
