@@ -476,11 +476,16 @@ def unpack_outer(tarball, dest):
             if m.isdir():
                 os.makedirs(path, exist_ok=True)
             elif m.isfile():
-                with tar.extractfile(m) as src, open(path, "wb") as out:
-                    while chunk := src.read(1 << 20):
-                        out.write(chunk)
+                copy_member(tar, m, path)
             else:
                 fail(f"unexpected entry type in the image archive: {m.name}")
+
+
+def copy_member(tar, member, path):
+    """Write a regular file of a streamed tar to path, a MiB at a time."""
+    with tar.extractfile(member) as src, open(path, "wb") as out:
+        while chunk := src.read(1 << 20):
+            out.write(chunk)
 
 
 def apply_layer(blob, root, inventory):
@@ -511,9 +516,7 @@ def apply_layer(blob, root, inventory):
                 if m.isdir():
                     os.makedirs(path, exist_ok=True)
                 elif m.isfile():
-                    with tar.extractfile(m) as src, open(path, "wb") as out:
-                        while chunk := src.read(1 << 20):
-                            out.write(chunk)
+                    copy_member(tar, m, path)
                 elif m.issym():
                     os.symlink(m.linkname, path)
                 elif m.islnk():

@@ -158,48 +158,51 @@ pub enum FieldValue {
     StrList(Option<Vec<String>>),
 }
 
-/// Go `%q` for the ASCII-ish strings that appear in Service fields.
-pub fn go_quote(s: &str) -> String {
+/// The escapes Go's `%q` and `json.Marshal` share; `None` for a character each
+/// escapes its own way (or not at all).
+fn shared_escape(c: char) -> Option<&'static str> {
+    match c {
+        '"' => Some("\\\""),
+        '\\' => Some("\\\\"),
+        '\n' => Some("\\n"),
+        '\t' => Some("\\t"),
+        '\r' => Some("\\r"),
+        _ => None,
+    }
+}
+
+/// `s` double-quoted, each character escaped by `shared_escape`, else by `own`.
+fn quote(s: &str, own: impl Fn(char) -> Option<String>) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
+        match (shared_escape(c), own(c)) {
+            (Some(e), _) => out.push_str(e),
+            (None, Some(e)) => out.push_str(&e),
+            (None, None) => out.push(c),
         }
     }
     out.push('"');
     out
 }
 
+/// Go `%q` for the ASCII-ish strings that appear in Service fields.
+pub fn go_quote(s: &str) -> String {
+    quote(s, |c| {
+        ((c as u32) < 0x20 || c as u32 == 0x7f).then(|| format!("\\x{:02x}", c as u32))
+    })
+}
+
 /// A JSON string as Go's `json.Marshal` writes it: `<`, `>` and `&` escaped too
 /// (its HTML-safe default), and U+2028/U+2029.
 fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    quote(s, |c| {
+        matches!(
+            c,
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' | '\0'..='\u{1f}'
+        )
+        .then(|| format!("\\u{:04x}", c as u32))
+    })
 }
 
 impl fmt::Display for FieldValue {
