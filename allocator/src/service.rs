@@ -292,7 +292,7 @@ impl Allocators {
             return Err(AllocIpFailure::Static(IpAllocError::MismatchedNetwork));
         };
         if dry {
-            // AL-3.3: upstream checks a dry run against one of the family's ranges (any
+            // AL-5.5: upstream checks a dry run against one of the family's ranges (any
             // one; with a single range, that range) and words a miss as that range's
             // `ErrNotInRange`. An address in any ready range passes, as a real create
             // would; a miss names the family's first range.
