@@ -324,6 +324,22 @@ pub struct CheckArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration,
           env = "SVCPLANE_CHECK_INTERVAL", help_heading = heading::CHECK)]
     pub interval: std::time::Duration,
+
+    /// Also require a leader: success only once a replica is seen renewing this Lease
+    /// (in the probe's namespace). The chart passes its Lease when leader election is on.
+    #[arg(long, value_name = "NAME", env = "SVCPLANE_CHECK_LEADER_LEASE", help_heading = heading::CHECK)]
+    pub leader_lease: Option<String>,
+
+    /// Label selector of svcplane's Pods: while no answer has come, fail at once when
+    /// none of them can run (image pull errors, crash loops), with the kubelet's reasons.
+    #[arg(long, value_name = "SELECTOR", env = "SVCPLANE_CHECK_PODS_SELECTOR", help_heading = heading::CHECK)]
+    pub pods_selector: Option<String>,
+
+    /// How long a Pod may stay in a reason the kubelet retries (ImagePullBackOff,
+    /// CrashLoopBackOff, ...) before `--pods-selector` counts it as unable to run.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
+          env = "SVCPLANE_CHECK_STUCK_PATIENCE", help_heading = heading::CHECK)]
+    pub stuck_patience: std::time::Duration,
 }
 
 /// `--controllers` as kube-controller-manager reads it: `name` enables a controller,

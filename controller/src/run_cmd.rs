@@ -489,6 +489,7 @@ async fn run_inner(
             name: l.name.clone(),
             identity: options.identity.clone(),
             params: l.params,
+            holder_pods: leader::pods_hold_the_lease(&options.identity, &l.namespace),
         })?;
         let rx = elector.subscribe();
         leadership = Some(rx);

@@ -540,9 +540,13 @@ def test_lease_role_cert_manager_shape(variant):
     assert role["metadata"]["namespace"] == NAMESPACE
     create = [r for r in role["rules"] if "create" in r["verbs"]]
     assert create == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
-    named = [r for r in role["rules"] if "create" not in r["verbs"]]
+    named = [r for r in role["rules"] if "create" not in r["verbs"] and r["resources"] == ["leases"]]
     assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                       "resourceNames": [lease], "verbs": ["get", "update"]}]
+    # A Lease whose holder Pod is gone (uninstall + install) is taken over at once.
+    pods = [r for r in role["rules"] if r["resources"] == ["pods"]]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert len(role["rules"]) == 3
     sa = one(objs, "ServiceAccount", "svcplane")["metadata"]["name"]
     assert deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"] == sa
     for kind, ref_kind, ref_name, name in (
@@ -838,14 +842,23 @@ def test_install_check_hook_and_helm_test(variant):
     jobs, pods = check_objects(objs)
     (pod,) = pods
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # A passed `helm test` leaves no Completed Pod behind; a failed one stays for its logs.
+    assert pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
     if values["webhook"]["check"]["hook"]:
         (job,) = jobs
         ann = job["metadata"]["annotations"]
-        assert ann["helm.sh/hook"] == "post-install,post-upgrade"
+        # Checked after every change of the running release, rollbacks included.
+        assert ann["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
         assert "hook-succeeded" in ann["helm.sh/hook-delete-policy"]
         assert "before-hook-creation" in ann["helm.sh/hook-delete-policy"]
         assert job["spec"]["backoffLimit"] == 0
-        assert job["spec"]["activeDeadlineSeconds"] == seconds(values["webhook"]["check"]["timeout"]) + 120
+        deadline = seconds(values["webhook"]["check"]["timeout"]) + 60
+        assert job["spec"]["activeDeadlineSeconds"] == deadline
+        if variant == "default":
+            # A check that cannot start fails before Helm's default 5 min timeout.
+            assert deadline < 300
+        # A failed Job is kept for its logs, then goes; listed in the README.
+        assert job["spec"]["ttlSecondsAfterFinished"] == 600
         specs = [job["spec"]["template"]["spec"], pod["spec"]]
     else:
         assert not jobs
@@ -855,12 +868,22 @@ def test_install_check_hook_and_helm_test(variant):
         assert spec["serviceAccountName"] == "svcplane-check"
         (c,) = spec["containers"]
         assert c["image"] == container(objs)["image"], "the same image as the pods it checks"
+        selector = ",".join(f"{k}={v}" for k, v in deployment(objs)["spec"]["selector"]["matchLabels"].items())
+        lease = [f"--leader-lease={flags(objs)['leader-elect-resource-name']}"] \
+            if values["leaderElection"]["enabled"] else []
         assert c["args"] == ["check", f"--namespace={NAMESPACE}",
-                             f"--timeout={values['webhook']['check']['timeout']}", "--interval=2s"]
+                             f"--timeout={values['webhook']['check']['timeout']}", "--interval=2s",
+                             f"--pods-selector={selector}"] + lease
         assert c["securityContext"] == values["containerSecurityContext"]
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     role = one(objs, "Role", "svcplane-check")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["services"], "verbs": ["create"]}], \
-        "a dry-run create needs the verb; nothing else"
+    expected = [{"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    if values["leaderElection"]["enabled"]:
+        expected.append({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                         "resourceNames": [flags(objs)["leader-elect-resource-name"]], "verbs": ["get"]})
+    assert role["rules"] == expected, \
+        "a dry-run create needs the verb; Pods and the Lease are read, nothing else"
     binding = one(objs, "RoleBinding", "svcplane-check")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "svcplane-check", "namespace": NAMESPACE}]
     assert one(objs, "ServiceAccount", "svcplane-check")

@@ -6,6 +6,9 @@
 //! - `svcplane check` exits 0 only when svcplane itself answered its dry-run probe: not
 //!   when the webhook is unreachable under `failurePolicy: Fail` (the API server
 //!   refuses), nor under `Ignore` (the API server admits without svcplane).
+//! - `svcplane check --pods-selector` fails within its patience, not its timeout, when
+//!   no svcplane Pod can run, quoting the kubelet's reason; `--leader-lease` passes only
+//!   once a replica is seen renewing the Lease (a stale holder is not a leader).
 //! - Self-managed certificates (`--tls-secret-name`): two replicas started together
 //!   make one CA between them, publish it as the configurations' `caBundle`, both are
 //!   trusted by the API server, and a serving certificate re-issued in the Secret is
@@ -24,7 +27,8 @@ use base64::Engine;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -207,6 +211,11 @@ async fn configurations(client: &Client, ns: &str, url: &str, ca_pem: &str, poli
 
 /// `svcplane check -n ns --timeout T --interval 500ms`: (exit code, stdout, stderr).
 fn check(env: &Env, ns: &str, timeout: &str) -> (i32, String, String) {
+    check_with(env, ns, timeout, &[])
+}
+
+/// [`check`] with more flags.
+fn check_with(env: &Env, ns: &str, timeout: &str, extra: &[&str]) -> (i32, String, String) {
     let out = Command::new(&env.bin)
         .args([
             "check",
@@ -219,6 +228,7 @@ fn check(env: &Env, ns: &str, timeout: &str) -> (i32, String, String) {
             "--interval",
             "500ms",
         ])
+        .args(extra)
         .output()
         .unwrap();
     (
@@ -253,20 +263,7 @@ async fn svcplane_check_passes_only_when_svcplane_itself_answered() {
     assert!(stderr.contains("without svcplane's answer"), "{stderr}");
 
     // svcplane answers: exit 0, naming the replica.
-    let admin = admin_addr();
-    let args = vec![
-        "webhook".to_owned(),
-        format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
-        format!("--tls-cert-file={}", env.certs.cert_file.display()),
-        format!("--tls-private-key-file={}", env.certs.key_file.display()),
-        format!("--webhook-bind-address=127.0.0.1:{port}"),
-        format!("--metrics-bind-address={admin}"),
-        "--service-cluster-ip-range=10.96.230.0/26".into(),
-        // A range of its own, not the cluster's ServiceCIDRs.
-        "--service-ranges-from=flags".into(),
-    ];
-    let mut webhook = SvcplaneProcess::spawn(&env.bin, "check-replica-0", &args, Some(admin));
-    webhook.wait_ready(Duration::from_secs(60)).await;
+    let webhook = spawn_webhook(&env, port, "check-replica-0").await;
     let (code, stdout, stderr) = check(&env, &ns, "30s");
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.starts_with("ok:"), "{stdout}");
@@ -295,6 +292,157 @@ async fn svcplane_check_passes_only_when_svcplane_itself_answered() {
     );
     drop(webhook);
     envtest::delete_namespace(&env.client, &ns).await;
+}
+
+/// A Pod of svcplane's that the kubelet cannot run, as the API server shows it: its
+/// container waiting with `reason`/`message` (status written as a kubelet would).
+async fn stuck_pod(client: &Client, ns: &str, name: &str, reason: &str, message: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "svcplane-under-check"}},
+        "spec": {"containers": [{"name": "svcplane", "image": "registry.invalid/svcplane:nope"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"containerStatuses": [{
+        "name": "svcplane", "image": "registry.invalid/svcplane:nope", "imageID": "",
+        "ready": false, "restartCount": 0,
+        "state": {"waiting": {"reason": reason, "message": message}},
+    }]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// A Lease as a replica of an uninstalled release left it: held, never renewed again.
+async fn stale_lease(client: &Client, ns: &str, name: &str) -> Api<Lease> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "svcplane-5c4b3a291-qwert", "leaseDurationSeconds": 15,
+                 "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    leases
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn svcplane_check_names_why_no_pod_can_run_and_waits_for_a_renewing_leader() {
+    let Some(env) = env("e2e_install_check_fast").await else {
+        return;
+    };
+    install_claim_crd(&env.client).await.unwrap();
+    let ns = envtest::create_namespace(&env.client, "svcplane-check-fast-")
+        .await
+        .unwrap();
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}");
+    configurations(&env.client, &ns, &url, &env.certs.ca_pem, "Ignore").await;
+
+    // No answer, and the only Pod cannot pull its image: exit 1 after the patience,
+    // long before the timeout, with the kubelet's words.
+    stuck_pod(
+        &env.client,
+        &ns,
+        "svcplane-7d9f8c6b5-abcde",
+        "ImagePullBackOff",
+        "Back-off pulling image \"registry.invalid/svcplane:nope\"",
+    )
+    .await;
+    let selector = "--pods-selector=app.kubernetes.io/name=svcplane-under-check";
+    let started = Instant::now();
+    let (code, stdout, stderr) = check_with(&env, &ns, "2m", &[selector, "--stuck-patience=2s"]);
+    let took = started.elapsed();
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(stderr.contains("no svcplane Pod can run"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "pod svcplane-7d9f8c6b5-abcde container svcplane: ImagePullBackOff: \
+                         Back-off pulling image \"registry.invalid/svcplane:nope\""
+        ),
+        "{stderr}"
+    );
+    // Without the selector the same check waits out its timeout (the old behaviour).
+    let (code, _, stderr) = check(&env, &ns, "3s");
+    assert_eq!(code, 1);
+    assert!(stderr.contains("did not answer within 3s"), "{stderr}");
+
+    // The webhook answers, but the Lease's holder never renews: not done.
+    let webhook = spawn_webhook(&env, port, "check-replica-1").await;
+    let leases = stale_lease(&env.client, &ns, "svcplane").await;
+    let (code, stdout, stderr) = check_with(&env, &ns, "4s", &["--leader-lease=svcplane"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("no replica was seen renewing the Lease"),
+        "{stderr}"
+    );
+    // A replica renews while the check runs: done, naming the leader.
+    let renewer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let renew = json!({"spec": {"holderIdentity": "svcplane-7d9f8c6b5-abcde",
+                                     "renewTime": "2026-01-01T00:00:07.000000Z"}});
+        leases
+            .patch("svcplane", &PatchParams::default(), &Patch::Merge(&renew))
+            .await
+            .unwrap();
+    });
+    let (code, stdout, stderr) = tokio::task::spawn_blocking({
+        let (bin, kubeconfig, ns) = (env.bin.clone(), env.cluster.kubeconfig.clone(), ns.clone());
+        move || {
+            let out = Command::new(bin)
+                .args([
+                    "check",
+                    "--kubeconfig",
+                    &kubeconfig.display().to_string(),
+                    "-n",
+                    &ns,
+                    "--timeout",
+                    "30s",
+                    "--interval",
+                    "500ms",
+                    "--leader-lease=svcplane",
+                ])
+                .output()
+                .unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    renewer.await.unwrap();
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("and replica svcplane-7d9f8c6b5-abcde leads the controllers"),
+        "{stdout}"
+    );
+    drop(webhook);
+    envtest::delete_namespace(&env.client, &ns).await;
+}
+
+/// `svcplane webhook` as replica `name` on 127.0.0.1:`port` (certificates from the
+/// test's CA, a range of its own), ready.
+async fn spawn_webhook(env: &Env, port: u16, name: &str) -> SvcplaneProcess {
+    let admin = admin_addr();
+    let args = vec![
+        "webhook".to_owned(),
+        format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
+        format!("--tls-cert-file={}", env.certs.cert_file.display()),
+        format!("--tls-private-key-file={}", env.certs.key_file.display()),
+        format!("--webhook-bind-address=127.0.0.1:{port}"),
+        format!("--metrics-bind-address={admin}"),
+        "--service-cluster-ip-range=10.96.230.0/26".into(),
+        // A range of its own, not the cluster's ServiceCIDRs.
+        "--service-ranges-from=flags".into(),
+    ];
+    let mut webhook = SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin));
+    webhook.wait_ready(Duration::from_secs(60)).await;
+    webhook
 }
 
 /// The Secret's `ca.crt`, `tls.crt`.

@@ -11,6 +11,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use svcplane_controller::leader::{
     Config, LeaderElector, LeaderError, Leadership, LostCause, Params,
@@ -40,12 +42,18 @@ struct Replica {
 
 impl Replica {
     fn start(fake: &FakeApi, identity: &str) -> Self {
+        Self::start_as(fake, identity, false)
+    }
+
+    /// `holder_pods`: this replica is a Pod whose name is `identity` (the chart's setup).
+    fn start_as(fake: &FakeApi, identity: &str, holder_pods: bool) -> Self {
         let elector = LeaderElector::new(Config {
             client: fake.client(),
             namespace: NS.into(),
             name: NAME.into(),
             identity: identity.into(),
             params: params(),
+            holder_pods,
         })
         .unwrap();
         let rx = elector.subscribe();
@@ -487,6 +495,7 @@ async fn invalid_params_are_rejected_before_any_request() {
             renew_deadline: Duration::from_secs(15),
             retry_period: Duration::from_secs(2),
         },
+        holder_pods: false,
     })
     .unwrap_err();
     assert_eq!(
@@ -494,4 +503,93 @@ async fn invalid_params_are_rejected_before_any_request() {
         "--leader-elect-renew-deadline (15s) must be shorter than --leader-elect-lease-duration (15s)"
     );
     assert_eq!(fake.stats().requests(Verb::Get, "leases"), 0);
+}
+
+/// A Lease left behind by a replica of an uninstalled release: held, unexpired, and
+/// never renewed again.
+fn stale_lease(fake: &FakeApi, holder: &str) {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now());
+    fake.insert(Lease {
+        metadata: ObjectMeta {
+            name: Some(NAME.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        }),
+    })
+    .unwrap();
+}
+
+const OLD_LEADER: &str = "svcplane-5c4b3a291-qwert";
+const NEW_REPLICA: &str = "svcplane-7d9f8c6b5-abcde";
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_held_by_a_replica_pod_that_no_longer_exists_is_taken_over_at_once() {
+    let fake = FakeApi::new();
+    stale_lease(&fake, OLD_LEADER);
+    let started = Instant::now();
+    let mut b = Replica::start_as(&fake, NEW_REPLICA, true);
+    let took_over_at = b.until_leader(LEASE).await;
+    // Two quiet retry periods, then the lookup and the takeover at the next attempt.
+    assert!(
+        took_over_at - started <= RETRY * 3,
+        "took over after {:?}; the holder's Pod is gone",
+        took_over_at - started
+    );
+    let spec = lease(&fake);
+    assert_eq!(spec.holder_identity.as_deref(), Some(NEW_REPLICA));
+    assert_eq!(spec.lease_transitions, Some(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_held_by_a_replica_pod_that_exists_runs_out_as_usual() {
+    let fake = FakeApi::new();
+    stale_lease(&fake, OLD_LEADER);
+    fake.insert(Pod {
+        metadata: ObjectMeta {
+            name: Some(OLD_LEADER.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let mut b = Replica::start_as(&fake, NEW_REPLICA, true);
+    let took_over_at = b.until_leader(LEASE + RETRY * 3).await;
+    assert!(
+        took_over_at - started >= LEASE,
+        "took over after {:?}, before the lease of a live holder ran out",
+        took_over_at - started
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_pod_identities_a_stale_lease_runs_out_as_in_client_go() {
+    let fake = FakeApi::new();
+    stale_lease(&fake, OLD_LEADER);
+    let started = Instant::now();
+    let mut b = Replica::start_as(&fake, NEW_REPLICA, false);
+    let took_over_at = b.until_leader(LEASE + RETRY * 3).await;
+    assert!(took_over_at - started >= LEASE);
+    // Nothing looked the holder up.
+    assert_eq!(fake.stats().requests(Verb::Get, "pods"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_foreign_holder_is_never_looked_up() {
+    let fake = FakeApi::new();
+    stale_lease(&fake, "laptop");
+    let started = Instant::now();
+    let mut b = Replica::start_as(&fake, NEW_REPLICA, true);
+    let took_over_at = b.until_leader(LEASE + RETRY * 3).await;
+    assert!(took_over_at - started >= LEASE);
+    assert_eq!(fake.stats().requests(Verb::Get, "pods"), 0);
 }

@@ -110,7 +110,9 @@ app.kubernetes.io/component: check
 
 {{/*
 activeDeadlineSeconds of the check: its timeout (a Go duration: h, m, s parts) plus
-two minutes to pull the image and start.
+one minute to pull the image and start. With the default timeout (2m) a check that
+cannot even start (its image, svcplane's own, cannot be pulled) fails at 3 min,
+before Helm's own 5 min timeout, so Helm reports the Job and not a bare timeout.
 */}}
 {{- define "svcplane.checkDeadline" -}}
 {{- $t := .Values.webhook.check.timeout }}
@@ -122,7 +124,7 @@ two minutes to pull the image and start.
 {{- else }}{{ $secs = add $secs $n }}
 {{- end }}
 {{- end }}
-{{- add $secs 120 }}
+{{- add $secs 60 }}
 {{- end }}
 
 {{/*
@@ -133,11 +135,16 @@ root context.
 - name: check
   image: {{ include "svcplane.image" . | quote }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
+  terminationMessagePolicy: FallbackToLogsOnError
   args:
     - check
     - --namespace={{ .Release.Namespace }}
     - --timeout={{ .Values.webhook.check.timeout }}
     - --interval=2s
+    - --pods-selector={{ include "svcplane.selectorLabels" . | replace ": " "=" | replace "\n" "," }}
+    {{- if .Values.leaderElection.enabled }}
+    - --leader-lease={{ include "svcplane.leaseName" . }}
+    {{- end }}
   env:
     - name: RUST_LOG
       value: warn

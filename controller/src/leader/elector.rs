@@ -29,6 +29,7 @@
 use std::fmt;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
@@ -38,6 +39,7 @@ use tracing::{debug, error, info, warn};
 
 use super::decide::{Action, Decision, LeaseRecord, Observed, Params, ParamsError};
 use super::decide::{decide, next_record};
+use super::gone_holder::holder_to_look_up;
 
 /// What the elector needs to run.
 #[derive(Clone)]
@@ -52,6 +54,11 @@ pub struct Config {
     pub identity: String,
     /// Timing.
     pub params: Params,
+    /// This replica runs as a Pod in the Lease's namespace and its identity is its Pod
+    /// name (see [`pods_hold_the_lease`](super::pods_hold_the_lease)): then a Lease held
+    /// by a sibling replica whose Pod no longer exists is taken over at once
+    /// (`gone_holder.rs`). `false`: always wait out the lease duration, as client-go does.
+    pub holder_pods: bool,
 }
 
 impl fmt::Debug for Config {
@@ -154,6 +161,10 @@ pub struct LeaderElector {
     identity: String,
     params: Params,
     observed: Observed,
+    /// Where sibling replicas' Pods are looked up (see [`Config::holder_pods`]).
+    pods: Option<Api<Pod>>,
+    /// The record whose holder Pod was last looked up, and whether it was gone.
+    looked_up: Option<(LeaseRecord, bool)>,
     /// The Lease as our last successful write returned it, for the release; `None` when a
     /// later write may have landed without our knowing (then release reads it first).
     last_written: Option<Lease>,
@@ -172,6 +183,10 @@ impl LeaderElector {
         }
         let (tx, _) = watch::channel(Leadership::default());
         Ok(Self {
+            pods: config
+                .holder_pods
+                .then(|| Api::namespaced(config.client.clone(), &config.namespace)),
+            looked_up: None,
             api: Api::namespaced(config.client, &config.namespace),
             lease: format!("{}/{}", config.namespace, config.name),
             name: config.name,
@@ -327,6 +342,14 @@ impl LeaderElector {
             now,
             &self.params,
         ) {
+            Decision::Follow { holder, .. } if self.holder_pod_gone(now).await => {
+                info!(
+                    lease = %self.lease,
+                    holder = %holder,
+                    "the Lease holder's Pod no longer exists; taking the Lease over without waiting for it to expire"
+                );
+                Action::Acquire
+            }
             Decision::Follow { holder, expires_in } => {
                 debug!(lease = %self.lease, holder = %holder, ?expires_in, "following");
                 return Ok(Attempt::Following { holder });
@@ -377,6 +400,44 @@ impl LeaderElector {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether the holder of the record last read is a sibling replica whose Pod is gone
+    /// (looked up at most once per unchanged record; see `gone_holder.rs`). A failed
+    /// lookup (403 from an older chart's RBAC, a timeout) counts as "not gone": the
+    /// Lease then runs out as it would without this rule.
+    async fn holder_pod_gone(&mut self, now: std::time::Instant) -> bool {
+        let Some(pods) = &self.pods else {
+            return false;
+        };
+        let record = self.observed.record();
+        if let (Some((asked, gone)), Some(record)) = (&self.looked_up, record)
+            && asked == record
+        {
+            return *gone;
+        }
+        let asked = self.looked_up.as_ref().map(|(r, _)| r);
+        let Some(holder) = holder_to_look_up(
+            record,
+            self.observed.at(),
+            asked,
+            &self.identity,
+            now,
+            &self.params,
+        ) else {
+            return false;
+        };
+        let gone = match pods.get_opt(holder).await {
+            Ok(found) => found.is_none(),
+            Err(e) => {
+                debug!(lease = %self.lease, holder = %holder, error = %e, "could not look up the Lease holder's Pod; waiting for the Lease to expire");
+                false
+            }
+        };
+        if let Some(record) = record {
+            self.looked_up = Some((record.clone(), gone));
+        }
+        gone
     }
 
     /// Remembers what was read or written, and logs a change of holder.

@@ -18,6 +18,30 @@ pub fn identity_from_env() -> String {
     )
 }
 
+/// Whether this replica is a Pod in `lease_namespace` whose identity is its Pod name
+/// (the chart's downward-API `POD_NAME` and `POD_NAMESPACE`): then the other holders of
+/// the Lease are Pods there too, and one that no longer exists can be told apart from
+/// one that is slow (`gone_holder.rs`).
+pub fn pods_hold_the_lease(identity: &str, lease_namespace: &str) -> bool {
+    pods_hold(
+        std::env::var("POD_NAME").ok().as_deref(),
+        std::env::var("POD_NAMESPACE").ok().as_deref(),
+        identity,
+        lease_namespace,
+    )
+}
+
+fn pods_hold(
+    pod_name: Option<&str>,
+    pod_namespace: Option<&str>,
+    identity: &str,
+    lease_namespace: &str,
+) -> bool {
+    pod_name.map(str::trim) == Some(identity)
+        && !identity.is_empty()
+        && pod_namespace.map(str::trim) == Some(lease_namespace)
+}
+
 /// The choice behind [`identity_from_env`], with its inputs passed in.
 fn identity_from(
     pod_name: Option<String>,
@@ -37,6 +61,35 @@ fn identity_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holder_pods_only_for_a_pod_named_as_its_identity_in_the_lease_namespace() {
+        assert!(pods_hold(
+            Some("svcplane-1-a"),
+            Some("kube-system"),
+            "svcplane-1-a",
+            "kube-system"
+        ));
+        assert!(!pods_hold(
+            Some("svcplane-1-a"),
+            Some("ops"),
+            "svcplane-1-a",
+            "kube-system"
+        ));
+        assert!(!pods_hold(
+            None,
+            Some("kube-system"),
+            "laptop",
+            "kube-system"
+        ));
+        assert!(!pods_hold(
+            Some("svcplane-1-a"),
+            None,
+            "svcplane-1-a",
+            "kube-system"
+        ));
+        assert!(!pods_hold(Some(""), Some("kube-system"), "", "kube-system"));
+    }
 
     fn s(v: &str) -> Option<String> {
         Some(v.to_string())

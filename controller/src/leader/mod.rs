@@ -6,7 +6,8 @@
 //!
 //! Layout, following the crate's pure-core/thin-shell split: `decide` holds the rules
 //! (client-go semantics, no I/O, no clock reads), `elector` the loop that reads and writes
-//! the Lease around them, `identity` the `holderIdentity` this replica uses.
+//! the Lease around them, `gone_holder` when a holder Pod that no longer exists frees the
+//! Lease early, `identity` the `holderIdentity` this replica uses.
 //!
 //! Contract with the caller: act as leader only while the latest [`Leadership`] says
 //! `is_leader` and the channel is open; when [`LeaderElector::run`] returns
@@ -16,6 +17,7 @@
 
 mod decide;
 mod elector;
+mod gone_holder;
 mod identity;
 
 pub use decide::{
@@ -23,4 +25,4 @@ pub use decide::{
     next_record,
 };
 pub use elector::{Config, LeaderElector, LeaderError, Leadership, LostCause};
-pub use identity::identity_from_env;
+pub use identity::{identity_from_env, pods_hold_the_lease};

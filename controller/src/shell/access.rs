@@ -225,6 +225,16 @@ pub fn process_grants(needs: &ProcessNeeds) -> Vec<Grant> {
             "leader election: read, renew and release the Lease",
             vec![name.clone()],
         ));
+        out.push(Grant {
+            access: Access {
+                group: "",
+                resource: "pods",
+                verbs: &["get"],
+                why: "leader election: a Lease whose holder Pod no longer exists is taken over at once",
+            },
+            namespace: Some(namespace.clone()),
+            names: Vec::new(),
+        });
     }
     out
 }

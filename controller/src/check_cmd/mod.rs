@@ -15,13 +15,23 @@
 //!
 //! Both of the last two are retried every `--interval` until `--timeout`, then exit 1
 //! with the last reason and where to look.
+//!
+//! Two more reads make a broken release fail fast and an incomplete one fail at all
+//! (`workload.rs`): with `--pods-selector`, svcplane's Pods are listed while no answer
+//! has come, and when every one of them cannot run (an image that cannot be pulled, a
+//! crash loop) the check exits 1 with the kubelet's reasons instead of waiting out its
+//! timeout; with `--leader-lease`, success also needs a replica seen renewing that
+//! Lease, so an install whose controllers have no leader is not reported as done.
+
+mod workload;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort, ServiceSpec};
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{ListParams, ObjectMeta, PostParams};
 use svcplane_webhook::review::{PROBE_ANSWERED_BY, PROBE_LABEL};
 use tracing::debug;
 
@@ -43,7 +53,7 @@ pub enum Probe {
 }
 
 /// Judge one dry-run result (pure).
-pub fn judge(result: Result<&Service, String>) -> Probe {
+pub fn judge_probe(result: Result<&Service, String>) -> Probe {
     match result {
         Err(e) => Probe::NotAnswered(format!("the dry-run create failed: {e}")),
         Ok(svc) => match svc
@@ -93,6 +103,14 @@ pub enum Outcome {
         namespace: String,
         by: String,
         cluster_ip: Option<String>,
+        /// The replica seen renewing `--leader-lease` (`None`: not asked for).
+        leader: Option<String>,
+        elapsed: Duration,
+    },
+    /// No answer, and none of svcplane's Pods can run: the kubelet's reasons.
+    CannotRun {
+        namespace: String,
+        causes: Vec<String>,
         elapsed: Duration,
     },
     /// No answer before the timeout.
@@ -121,14 +139,34 @@ impl Outcome {
                 namespace,
                 by,
                 cluster_ip,
+                leader,
                 elapsed,
             } => (
                 true,
                 format!(
                     "ok: the svcplane webhook answered a dry-run Service create in namespace {namespace} \
-                     (replica {by}, clusterIP {}) after {:.1}s",
+                     (replica {by}, clusterIP {}){} after {:.1}s",
                     cluster_ip.as_deref().unwrap_or("none"),
+                    leader
+                        .as_deref()
+                        .map(|l| format!(" and replica {l} leads the controllers"))
+                        .unwrap_or_default(),
                     elapsed.as_secs_f64()
+                ),
+            ),
+            Self::CannotRun {
+                namespace,
+                causes,
+                elapsed,
+            } => (
+                false,
+                format!(
+                    "svcplane check: no svcplane Pod can run (after {:.1}s):\n  {}\n\
+                     Service writes are not blocked by this (with failurePolicy Ignore the API server \
+                     allocates alone meanwhile), but svcplane is not in force. Fix the image or values, or look at:\n  \
+                     kubectl -n {namespace} describe pods -l app.kubernetes.io/name=svcplane",
+                    elapsed.as_secs_f64(),
+                    causes.join("\n  ")
                 ),
             ),
             Self::TimedOut {
@@ -171,36 +209,78 @@ async fn check(args: &CheckArgs) -> Outcome {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("{e:#}")),
     };
-    let api: Api<Service> = Api::namespaced(client, &namespace);
+    let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let leases: Api<Lease> = Api::namespaced(client, &namespace);
     let params = PostParams {
         dry_run: true,
         field_manager: Some("svcplane-check".into()),
     };
     let started = Instant::now();
+    let first_lease = match &args.leader_lease {
+        Some(name) => leases.get_opt(name).await.ok().flatten(),
+        None => None,
+    };
+    let mut judge = workload::Judge::new(args.stuck_patience);
+    let mut answer: Option<(String, Option<String>)> = None;
+    let mut leader: Option<String> = None;
+    let mut last = String::new();
     loop {
-        let result = api
-            .create(&params, &probe_service())
-            .await
-            .map_err(|e| e.to_string());
-        match judge(result.as_ref().map_err(Clone::clone)) {
-            Probe::Answered { by, cluster_ip } => {
-                return Outcome::Answered {
-                    namespace,
-                    by,
-                    cluster_ip,
-                    elapsed: started.elapsed(),
-                };
-            }
-            Probe::NotAnswered(why) => {
-                debug!(reason = %why, "no answer from the webhook yet");
-                if started.elapsed() + args.interval > args.timeout {
-                    return Outcome::TimedOut {
-                        namespace,
-                        timeout: args.timeout,
-                        last: why,
-                    };
+        if answer.is_none() {
+            let result = api
+                .create(&params, &probe_service())
+                .await
+                .map_err(|e| e.to_string());
+            match judge_probe(result.as_ref().map_err(Clone::clone)) {
+                Probe::Answered { by, cluster_ip } => answer = Some((by, cluster_ip)),
+                Probe::NotAnswered(why) => {
+                    debug!(reason = %why, "no answer from the webhook yet");
+                    last = why;
                 }
             }
+        }
+        if let (Some(name), None) = (&args.leader_lease, &leader) {
+            let latest = leases.get_opt(name).await.ok().flatten();
+            leader = workload::leader_renewing(first_lease.as_ref(), latest.as_ref());
+            if leader.is_none() && answer.is_some() {
+                last = format!(
+                    "the webhook answers, but no replica was seen renewing the Lease {namespace}/{name} \
+                     (the controllers have no leader yet)"
+                );
+            }
+        }
+        if let Some((by, cluster_ip)) = &answer
+            && (args.leader_lease.is_none() || leader.is_some())
+        {
+            return Outcome::Answered {
+                namespace,
+                by: by.clone(),
+                cluster_ip: cluster_ip.clone(),
+                leader,
+                elapsed: started.elapsed(),
+            };
+        }
+        if let (Some(selector), None) = (&args.pods_selector, &answer) {
+            match pods.list(&ListParams::default().labels(selector)).await {
+                Ok(list) => {
+                    let causes = judge.give_up(&list.items, Instant::now());
+                    if !causes.is_empty() {
+                        return Outcome::CannotRun {
+                            namespace,
+                            causes: causes.iter().map(ToString::to_string).collect(),
+                            elapsed: started.elapsed(),
+                        };
+                    }
+                }
+                Err(e) => debug!(error = %e, "listing svcplane's Pods failed"),
+            }
+        }
+        if started.elapsed() + args.interval > args.timeout {
+            return Outcome::TimedOut {
+                namespace,
+                timeout: args.timeout,
+                last,
+            };
         }
         tokio::time::sleep(args.interval).await;
     }
@@ -232,17 +312,17 @@ mod tests {
     #[test]
     fn only_svcplanes_mark_counts_as_an_answer() {
         assert_eq!(
-            judge(Ok(&with_annotation(Some("svcplane-0")))),
+            judge_probe(Ok(&with_annotation(Some("svcplane-0")))),
             Probe::Answered {
                 by: "svcplane-0".into(),
                 cluster_ip: Some("10.96.7.9".into())
             }
         );
-        let Probe::NotAnswered(why) = judge(Ok(&with_annotation(None))) else {
+        let Probe::NotAnswered(why) = judge_probe(Ok(&with_annotation(None))) else {
             panic!("admitted without the mark must not count");
         };
         assert!(why.contains("failurePolicy Ignore"), "{why}");
-        let Probe::NotAnswered(why) = judge(Err("failed calling webhook".into())) else {
+        let Probe::NotAnswered(why) = judge_probe(Err("failed calling webhook".into())) else {
             panic!("an error is no answer");
         };
         assert!(why.contains("failed calling webhook"), "{why}");
@@ -254,6 +334,7 @@ mod tests {
             namespace: "kube-system".into(),
             by: "svcplane-0".into(),
             cluster_ip: Some("10.96.0.5".into()),
+            leader: None,
             elapsed: Duration::from_millis(1500),
         };
         assert_eq!(ok.exit_code(), 0);
