@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use svcplane_webhook::claim::AllocationClaim;
 
 use crate::plan::input::{self, InputError, Origin, RawObject};
-use crate::plan::snapshot::{Snapshot, SnapshotBuilder};
+use crate::plan::snapshot::{self, Snapshot, SnapshotBuilder};
 
 /// Whether an optional kind could be read at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,8 +161,8 @@ impl Extra {
                 "metadata.name is missing",
             ));
         };
-        let decoded: T = serde_json::from_value(raw.value)
-            .map_err(|e| InputError::object(&raw.origin, &object, e.to_string()))?;
+        let decoded: T = snapshot::decode(raw.value)
+            .map_err(|reason| InputError::object(&raw.origin, &object, reason))?;
         if let Some(previous) = self
             .seen
             .insert((raw.kind.clone(), name.clone()), raw.origin.clone())
@@ -215,6 +215,33 @@ mod tests {
         assert_eq!(
             err,
             "<stdin>: document 1 (AllocationClaim ip-10.0.0.1): apiVersion svcplane.io/v1 is not supported for AllocationClaim, want svcplane.io/v1alpha1"
+        );
+    }
+
+    /// Found by the plan/explain fuzz target (controller/tests/fuzz): these two kinds
+    /// were decoded without a field path, so the line named the value but not where
+    /// it was, unlike every error of `plan`'s kinds.
+    #[test]
+    fn an_undecodable_ip_address_or_claim_names_the_field() {
+        let err = read(
+            "apiVersion: networking.k8s.io/v1\nkind: IPAddress\nmetadata: {name: 10.96.41.17}\n\
+             spec: {parentRef: {group: false, resource: services, name: web}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "<stdin>: document 1 (IPAddress 10.96.41.17): spec.parentRef.group: invalid type: boolean `false`, expected a string"
+        );
+        let err = read(
+            "apiVersion: svcplane.io/v1alpha1\nkind: AllocationClaim\nmetadata: {name: nodeport-30080}\n\
+             spec: {kind: NodePort, value: 30080, service: [web]}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("<stdin>: document 1 (AllocationClaim nodeport-30080): spec."),
+            "{err}"
         );
     }
 }

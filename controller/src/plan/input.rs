@@ -47,12 +47,33 @@ pub struct ObjectId {
 
 impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = self.name.as_deref().unwrap_or("<unnamed>");
+        let name = one_line(self.name.as_deref().unwrap_or("<unnamed>"));
+        let kind = one_line(&self.kind);
         match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{name}", self.kind),
-            None => write!(f, "{} {name}", self.kind),
+            Some(ns) => write!(f, "{kind} {}/{name}", one_line(ns)),
+            None => write!(f, "{kind} {name}"),
         }
     }
+}
+
+/// `s` with control characters written as escapes (`\n`, `\u{7}`): names and values
+/// from the input end up in error and warning lines, and a newline in one would split
+/// the one line `plan` prints per problem (found by the fuzz target,
+/// controller/tests/fuzz).
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(char::is_control) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// A bad input, formatted as the one stderr line `plan` prints. Boxed: it
@@ -94,7 +115,7 @@ impl InputError {
     pub fn source_file(file: impl Into<String>, reason: impl Into<String>) -> Self {
         InputErrorKind::Source {
             file: file.into(),
-            reason: reason.into(),
+            reason: one_line(&reason.into()).into_owned(),
         }
         .into()
     }
@@ -102,7 +123,7 @@ impl InputError {
     pub fn document(origin: &Origin, reason: impl Into<String>) -> Self {
         InputErrorKind::Document {
             origin: origin.clone(),
-            reason: reason.into(),
+            reason: one_line(&reason.into()).into_owned(),
         }
         .into()
     }
@@ -111,7 +132,7 @@ impl InputError {
         InputErrorKind::Object {
             origin: origin.clone(),
             object: object.clone(),
-            reason: reason.into(),
+            reason: one_line(&reason.into()).into_owned(),
         }
         .into()
     }

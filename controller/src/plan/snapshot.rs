@@ -231,8 +231,9 @@ fn default_namespace(value: &mut Value) {
 }
 
 /// Decodes `value`; an error names the field it is about (`spec.ports[0].port:
-/// invalid type: ...`), the object itself when the path is empty.
-fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+/// invalid type: ...`), the object itself when the path is empty. `explain` decodes
+/// the kinds only it reads with this too.
+pub(crate) fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path.is_empty() || path == "." {
@@ -345,6 +346,20 @@ mod tests {
         assert_eq!(
             err,
             "t.yaml: document 1 (Node <unnamed>): metadata.name is missing"
+        );
+    }
+
+    /// Found by the fuzz target (controller/tests/fuzz): an apiVersion or a name with a
+    /// newline split the error into two lines, the second one written by the input.
+    #[test]
+    fn control_characters_in_names_and_values_stay_on_the_error_line() {
+        let err =
+            build("apiVersion: \"v1\\nx\"\nkind: Node\nmetadata: {name: \"a\\nerror: forged\"}\n")
+                .unwrap_err()
+                .to_string();
+        assert_eq!(
+            err,
+            "t.yaml: document 1 (Node a\\nerror: forged): apiVersion v1\\nx is not supported for Node, want v1"
         );
     }
 

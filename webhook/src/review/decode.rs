@@ -330,6 +330,14 @@ impl Shape {
     }
 }
 
+/// More members than any of the searched types has fields (ServiceSpec, the largest,
+/// has about 25): the others can only be unknown fields, which decoding ignores. The
+/// search below costs one decode of the whole object per member, so on an object of
+/// 20 000 members (300 KB, well under the body limit) it took minutes of CPU per
+/// request. The API server never sends such an object (it serialises typed ones), but
+/// anyone who reaches the port can; such an object is blamed as a whole instead.
+const MAX_SEARCHED_MEMBERS: usize = 64;
+
 /// Field path of the first part of `v` that does not decode as `shape` (only called
 /// on the error path, so a few re-decodes are cheap): a key is to blame when the object
 /// decodes without it; a struct with a missing field blames the struct itself.
@@ -351,11 +359,21 @@ fn locate(v: &Value, shape: Shape, path: String) -> String {
             path
         }
         (Shape::Leaf, _) => path,
-        (_, Value::Object(m)) => {
+        (_, Value::Object(m)) if m.len() <= MAX_SEARCHED_MEMBERS => {
+            // One copy per level (not per member: a member may be megabytes); each
+            // member is taken out, the rest tried, and the member put back.
+            let mut without = m.clone();
             for (k, child) in m {
-                let mut without = m.clone();
-                without.remove(k);
-                if shape.decodes(&Value::Object(without)) {
+                let taken = without.remove_entry(k);
+                let rest = Value::Object(std::mem::take(&mut without));
+                let blamed = shape.decodes(&rest);
+                if let Value::Object(back) = rest {
+                    without = back;
+                }
+                if let Some((k, member)) = taken {
+                    without.insert(k, member);
+                }
+                if blamed {
                     return locate(child, shape.child(k), join(k));
                 }
             }
