@@ -6,12 +6,17 @@
     oci_image.py needed --binary FILE --rootfs DIR
     oci_image.py build --rootfs DIR --binary FILE --out DIR --tarball FILE \
         --name NAME --tag TAG --version V --revision SHA --epoch N --arch DEBARCH
+    oci_image.py pack --rootfs DIR [--rootfs DIR...] --out DIR --tarball FILE \
+        --name NAME --tag TAG --epoch N --arch DEBARCH --entrypoint JSON \
+        --what TEXT [--cmd JSON] [--user U] [--workdir D] [--env K=V] [--port P/tcp]
     oci_image.py verify --tarball FILE --workdir DIR --dockerfile FILE \
         --version V [--revision SHA]
 
 `build` is deterministic: sorted tar entries, every mtime at --epoch, owner
 0:0 (65532:65532 for /home/nonroot), no pax atime/ctime, gzip with mtime 0 and
 no file name, JSON with sorted keys. The same inputs give the same bytes.
+`pack` writes the test cluster's small images (tests/node, scripts/node-images)
+the same way, from ready-made root filesystems.
 `verify` checks an image archive (layout, digests, sizes, diff_ids, the
 runtime filesystem and the config against the Dockerfile's final stage) and
 leaves the unpacked filesystem in WORKDIR/rootfs for scripts/image to run.
@@ -402,33 +407,88 @@ def cmd_build(args):
     ]
     config = image_config(arch, variant, created, args.version, args.revision,
                           [base_diff, app_diff], history)
+    manifest_desc, config_desc = write_image(layout, args.tarball, config, [base, app],
+                                             args.name, args.tag, args.epoch)
+    print(f"manifest digest: {manifest_desc['digest']}")
+    print(f"config digest:   {config_desc['digest']}")
+    print(f"layers:          {base['digest']} ({base['size']} B, base)")
+    print(f"                 {app['digest']} ({app['size']} B, /svcplane)")
+
+
+def write_image(layout, tarball, config, layers, name, tag, epoch):
+    """Config, manifest, index and oci-layout into `layout` (whose blobs/sha256
+    already holds the layers), then the archive. Returns the manifest's and the
+    config's descriptors."""
+    blobs = os.path.join(layout, "blobs", "sha256")
+    created = config["created"]
     config_desc = write_blob(blobs, canonical_json(config), MT_CONFIG)
     manifest = {
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
         "config": config_desc,
-        "layers": [base, app],
+        "layers": layers,
         "annotations": {"org.opencontainers.image.created": created},
     }
     manifest_desc = write_blob(blobs, canonical_json(manifest), MT_MANIFEST)
-    platform = {"architecture": arch, "os": "linux"}
-    if variant:
-        platform["variant"] = variant
+    platform = {"architecture": config["architecture"], "os": "linux"}
+    if config.get("variant"):
+        platform["variant"] = config["variant"]
     manifest_desc["platform"] = platform
+    # containerd names an imported image after this annotation (`ctr images
+    # import`); without it the image is stored unnamed and Pods cannot use it.
     manifest_desc["annotations"] = {
-        REF_NAME: args.tag,
-        CONTAINERD_NAME: f"{args.name}:{args.tag}",
+        REF_NAME: tag,
+        CONTAINERD_NAME: f"{name}:{tag}",
     }
     index = {"schemaVersion": 2, "mediaType": MT_INDEX, "manifests": [manifest_desc]}
     with open(os.path.join(layout, "index.json"), "wb") as f:
         f.write(canonical_json(index))
     with open(os.path.join(layout, "oci-layout"), "wb") as f:
         f.write(canonical_json({"imageLayoutVersion": "1.0.0"}))
-    write_archive(layout, args.tarball, args.epoch)
-    print(f"manifest digest: {manifest_desc['digest']}")
-    print(f"config digest:   {config_desc['digest']}")
-    print(f"layers:          {base['digest']} ({base['size']} B, base)")
-    print(f"                 {app['digest']} ({app['size']} B, /svcplane)")
+    write_archive(layout, tarball, epoch)
+    return manifest_desc, config_desc
+
+
+def cmd_pack(args):
+    """A small image for the test cluster (pause, CoreDNS, busybox): one layer per
+    --rootfs directory, the runtime settings from the flags, no svcplane labels."""
+    if args.arch not in ARCHES:
+        fail(f"unsupported architecture {args.arch} (known: {', '.join(ARCHES)})")
+    arch, variant = ARCHES[args.arch]
+    created = rfc3339(args.epoch)
+    blobs = os.path.join(args.out, "blobs", "sha256")
+    os.makedirs(blobs)
+    layers, diff_ids, history = [], [], []
+    for rootfs in args.rootfs:
+        desc, diff_id = write_layer(blobs, rootfs_entries(rootfs, {}), args.epoch)
+        layers.append(desc)
+        diff_ids.append(diff_id)
+        history.append({"created": created, "created_by": f"scripts/oci_image.py pack: {args.what}"})
+    runtime = {
+        "Env": args.env or ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        "Entrypoint": json.loads(args.entrypoint),
+    }
+    if args.cmd:
+        runtime["Cmd"] = json.loads(args.cmd)
+    if args.user:
+        runtime["User"] = args.user
+    if args.workdir:
+        runtime["WorkingDir"] = args.workdir
+    if args.port:
+        runtime["ExposedPorts"] = {p: {} for p in args.port}
+    config = {
+        "created": created,
+        "architecture": arch,
+        "os": "linux",
+        "config": runtime,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": history,
+    }
+    if variant:
+        config["variant"] = variant
+    manifest_desc, _ = write_image(args.out, args.tarball, config, layers, args.name,
+                                   args.tag, args.epoch)
+    print(f"{args.name}:{args.tag} {manifest_desc['digest']} -> {args.tarball}")
 
 
 # ---------------------------------------------------------------------------
@@ -827,6 +887,17 @@ def main():
     p.add_argument("--epoch", required=True, type=int)
     p.add_argument("--packages", nargs="*", default=[])
     p.set_defaults(run=cmd_build)
+    p = sub.add_parser("pack")
+    for opt in ("out", "tarball", "name", "tag", "arch", "entrypoint", "what"):
+        p.add_argument("--" + opt, required=True)
+    p.add_argument("--epoch", required=True, type=int)
+    p.add_argument("--rootfs", required=True, action="append")
+    p.add_argument("--cmd", default="")
+    p.add_argument("--user", default="")
+    p.add_argument("--workdir", default="")
+    p.add_argument("--env", action="append", default=[])
+    p.add_argument("--port", action="append", default=[])
+    p.set_defaults(run=cmd_pack)
     p = sub.add_parser("verify")
     for opt in ("tarball", "workdir", "dockerfile", "version"):
         p.add_argument("--" + opt, required=True)

@@ -64,9 +64,37 @@ fn directive_key(directive: &str) -> &str {
     }
 }
 
+/// kube's HTTP layer: it logs every failed request at ERROR (`failed with error client
+/// error (Connect)`). During an API-server restart that is dozens of ERROR lines for
+/// what svcplane's retry loops already report once per outage at WARN (WH-15.2), and
+/// log-based alerts would fire on a routine control-plane restart.
+const KUBE_REQUEST_LOG: &str = "kube_client::client::builder";
+
+/// Turns [`KUBE_REQUEST_LOG`] off unless the filter names it or asks for debug or
+/// trace anywhere (then the per-request lines are what the operator is after).
+fn quiet_request_failures(directives: String) -> String {
+    let verbose = directives.split(',').any(|d| {
+        let level = d.rsplit('=').next().unwrap_or_default().trim();
+        level.eq_ignore_ascii_case("debug") || level.eq_ignore_ascii_case("trace")
+    });
+    let named = directives
+        .split(',')
+        .any(|d| directive_key(d.trim()).starts_with(KUBE_REQUEST_LOG));
+    if verbose || named {
+        directives
+    } else {
+        format!("{directives},{KUBE_REQUEST_LOG}=off")
+    }
+}
+
 /// The filter directives for `-v` (`verbosity`), `RUST_LOG` (`rust_log`) and the
-/// subcommand's `default`, combined as the module docs say.
+/// subcommand's `default`, combined as the module docs say, with kube's per-request
+/// failure lines off at the default levels ([`quiet_request_failures`]).
 pub fn filter_directives(verbosity: Option<u8>, rust_log: Option<&str>, default: &str) -> String {
+    quiet_request_failures(combine(verbosity, rust_log, default))
+}
+
+fn combine(verbosity: Option<u8>, rust_log: Option<&str>, default: &str) -> String {
     let rust_log = rust_log.map(str::trim).filter(|s| !s.is_empty());
     let base = match (verbosity, rust_log) {
         (Some(v), _) => verbosity_filter(v),
@@ -115,13 +143,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_v_rust_log_wins_else_the_default() {
+    fn rule_15_2_kube_request_failures_are_off_at_default_levels_and_on_when_asked() {
+        let off = ",kube_client::client::builder=off";
         assert_eq!(
             filter_directives(None, None, "info,kube=warn"),
-            "info,kube=warn"
+            format!("info,kube=warn{off}")
         );
-        assert_eq!(filter_directives(None, Some("debug"), "info"), "debug");
-        assert_eq!(filter_directives(None, Some("  "), "warn"), "warn");
+        assert_eq!(
+            filter_directives(Some(2), Some("info,kube=warn"), "info"),
+            format!("info,kube=warn{off}")
+        );
+        // Debug anywhere, or the target named: left as asked.
+        assert!(!filter_directives(Some(4), None, "info").contains(off));
+        assert!(!filter_directives(None, Some("info,kube=debug"), "info").contains(off));
+        assert_eq!(
+            filter_directives(
+                None,
+                Some("info,kube_client::client::builder=error"),
+                "info"
+            ),
+            "info,kube_client::client::builder=error"
+        );
+    }
+
+    #[test]
+    fn without_v_rust_log_wins_else_the_default() {
+        assert_eq!(combine(None, None, "info,kube=warn"), "info,kube=warn");
+        assert_eq!(combine(None, Some("debug"), "info"), "debug");
+        assert_eq!(combine(None, Some("  "), "warn"), "warn");
     }
 
     #[test]
@@ -147,10 +196,7 @@ mod tests {
         assert!(f.starts_with("debug,"), "{f}");
         assert!(f.ends_with(",kube=trace"), "{f}");
         // A bare level in RUST_LOG gives way to -v.
-        assert_eq!(
-            filter_directives(Some(3), Some("warn"), "info"),
-            verbosity_filter(3)
-        );
+        assert_eq!(combine(Some(3), Some("warn"), "info"), verbosity_filter(3));
         // The chart's default RUST_LOG with --v=4: debug, and kube stays at warn.
         let f = filter_directives(Some(4), Some("info,kube=warn"), "info");
         assert_eq!(

@@ -3,7 +3,8 @@
 //! Every replica serves the webhook and the admin endpoints; only the replica holding
 //! the leader Lease runs the controllers and the repair loops, so exactly one process
 //! writes EndpointSlices and Endpoints at a time. Lifecycle:
-//! 1. wait until the API server answers (retrying with backoff, one log line each);
+//! 1. wait until the API server answers (retrying with the shared jittered backoff; one
+//!    warning per outage, WH-15);
 //! 2. start the webhook's watches and HTTPS server, and the admin server;
 //! 3. campaign for the Lease; on winning, start the controllers;
 //! 4. on SIGTERM: `/readyz` fails, the controllers stop taking work and finish the
@@ -19,6 +20,7 @@ use anyhow::Context;
 use kube::Client;
 use svcplane_allocator::AllocatorConfig;
 use svcplane_webhook::metrics::WebhookMetrics;
+use svcplane_webhook::retry::{Backoff, Outage, wait};
 use svcplane_webhook::server::{ServerConfig, bind};
 use svcplane_webhook::shell::certs::CertPlan;
 use svcplane_webhook::shell::repair::RepairConfig;
@@ -298,28 +300,30 @@ impl Drop for AbortOnDrop {
 /// Waits until the API server answers, logging each failure; `false` if `shutdown`
 /// fired first.
 async fn wait_for_api(client: &Client, shutdown: &CancellationToken) -> bool {
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
         match client.apiserver_version().await {
             Ok(v) => {
+                outage.recovered("apiserver", "waiting for the API server");
                 info!(version = %v.git_version, "API server reachable");
                 return true;
             }
             // An HTTP error status is still an answer: the server is there (an API
             // server without `/version`, a 403 for an unusual RBAC setup).
             Err(kube::Error::Api(s)) if s.code < 500 => {
+                outage.recovered("apiserver", "waiting for the API server");
                 info!(code = s.code, "API server reachable (no /version)");
                 return true;
             }
             Err(e) => {
-                warn!(error = %e, retry_in_ms = delay.as_millis(), "API server unreachable; retrying");
+                let delay = backoff.next_delay();
+                outage.failed("apiserver", "API server unreachable", &e, delay);
+                if !wait(delay, shutdown).await {
+                    return false;
+                }
             }
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return false,
-            () = tokio::time::sleep(delay) => {}
-        }
-        delay = (delay * 2).min(Duration::from_secs(30));
     }
 }
 

@@ -7,12 +7,26 @@
 // It stops everything and removes its temporary directory on SIGTERM/SIGINT,
 // when its stdin reaches EOF (its parent died) or after --timeout.
 //
+// For the fault suites, a control socket (control.go; its path is in
+// envtest.json beside the kubeconfig, and `envtest ctl SOCKET COMMAND` is a
+// client) kills and starts kube-apiserver and kube-controller-manager and
+// compacts etcd while the run goes on; --watch-cache=false makes compaction
+// expire watches.
+//
 // The API server and controller manager run as child processes of this same
 // binary (`envtest kube-apiserver ARGS...`, `envtest kube-controller-manager
 // ARGS...`), so each keeps its own global state (feature gates, metrics,
 // signal handling) and one build produces everything. `envtest kubectl ARGS...`
 // is upstream kubectl at the same version, for suites that act as an operator
 // would (`kubectl create`, `kubectl apply --dry-run=server`).
+//
+// `envtest node ...` runs a real single-node cluster instead (node.go), whose
+// components are further commands of this binary: `envtest etcd`, `envtest
+// kube-scheduler`, `envtest kubelet` and `envtest kube-proxy` beside the two
+// above. `envtest node-cleanup` tears down node runs whose owner died, and
+// `envtest node-ctl` (or `envtest ctl`) talks to a running node's control socket. The build links
+// a real version (`-X k8s.io/component-base/version.gitVersion=...`, see
+// tests/src/envtest/build.rs), which /version reports.
 package main
 
 import (
@@ -50,6 +64,9 @@ import (
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // Admission plugins enabled on top of kube-apiserver's defaults, as production
@@ -75,6 +92,26 @@ func main() {
 			cmd := kcmapp.NewControllerManagerCommand()
 			cmd.SetArgs(os.Args[2:])
 			os.Exit(cli.Run(cmd))
+		case "kube-scheduler":
+			cmd := schedulerapp.NewSchedulerCommand()
+			cmd.SetArgs(os.Args[2:])
+			os.Exit(cli.Run(cmd))
+		case "kubelet":
+			cmd := kubeletapp.NewKubeletCommand(context.Background())
+			cmd.SetArgs(os.Args[2:])
+			os.Exit(cli.Run(cmd))
+		case "kube-proxy":
+			cmd := proxyapp.NewProxyCommand()
+			cmd.SetArgs(os.Args[2:])
+			os.Exit(cli.Run(cmd))
+		case "etcd":
+			exitOn(runEtcd(os.Args[2:]))
+		case "node":
+			exitOn(runNode(os.Args[2:]))
+		case "node-cleanup":
+			exitOn(runNodeCleanup())
+		case "ctl", "node-ctl":
+			exitOn(runCtl(os.Args[2:]))
 		case "kubectl":
 			// The e2e suites drive the API server the way operators do
 			// (`kubectl create`, `kubectl apply --dry-run=server`, plugins
@@ -93,6 +130,14 @@ func main() {
 	}
 }
 
+func exitOn(err error) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "envtest: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 type options struct {
 	serviceCIDRs   string
 	nodePortRange  string
@@ -102,6 +147,7 @@ type options struct {
 	startupTimeout time.Duration
 	keepLogs       bool
 	watchStdin     bool
+	watchCache     bool
 	verbosity      int
 }
 
@@ -118,6 +164,9 @@ func run() error {
 	flag.DurationVar(&o.startupTimeout, "startup-timeout", 2*time.Minute, "give up if not ready after this long")
 	flag.BoolVar(&o.keepLogs, "keep-logs", false, "print the temp dir on stderr and do not remove it on exit")
 	flag.BoolVar(&o.watchStdin, "watch-stdin", true, "shut down when stdin reaches EOF")
+	flag.BoolVar(&o.watchCache, "watch-cache", true,
+		"kube-apiserver's watch cache; off, watches are served from etcd, so a watch resumed "+
+			"from a revision compact-etcd removed gets 410 Gone")
 	flag.IntVar(&o.verbosity, "v", 0, "klog verbosity of the child processes")
 	flag.Parse()
 
@@ -238,73 +287,78 @@ users:
 		"--allow-privileged=true",
 		"--v=" + strconv.Itoa(o.verbosity),
 	}
-	apiserver, err := startChild(self, apiArgs, filepath.Join(dir, "kube-apiserver.log"))
-	if err != nil {
-		return err
+	if !o.watchCache {
+		apiArgs = append(apiArgs, "--watch-cache=false")
 	}
-	defer apiserver.stop()
-
-	if err := waitReady(ctx, server+"/readyz", pki, o.startupTimeout, apiserver); err != nil {
-		tail(filepath.Join(dir, "kube-apiserver.log"))
+	p := &plane{dir: dir, self: self, server: server, pki: pki, etcd: etcd, apiArgs: apiArgs,
+		startup: o.startupTimeout}
+	defer p.stopAll()
+	if err := p.startAPIServer(ctx); err != nil {
 		return err
 	}
 
 	if o.withKCM {
 		// Its /metrics on a port of its own, readable without credentials, for the
 		// tests that compare metric names with svcplane's; the URL is written beside
-		// the kubeconfig.
-		kcmPort := freePort()
-		kcmArgs := []string{
+		// the kubeconfig. The port stays the same across restart-kcm.
+		p.kcmPort = freePort()
+		p.kcmArgs = []string{
 			"kube-controller-manager",
 			"--kubeconfig=" + kubeconfig,
 			"--controllers=" + o.controllers,
 			"--leader-elect=false",
 			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(kcmPort),
+			"--secure-port=" + strconv.Itoa(p.kcmPort),
 			"--cert-dir=" + filepath.Join(dir, "kcm-certs"),
 			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
 			"--use-service-account-credentials=false",
 			"--concurrent-service-endpoint-syncs=5",
 			"--v=" + strconv.Itoa(o.verbosity),
 		}
-		kcm, err := startChild(self, kcmArgs, filepath.Join(dir, "kube-controller-manager.log"))
-		if err != nil {
-			return err
-		}
-		metricsURL := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(kcmPort)) + "/metrics"
+		metricsURL := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(p.kcmPort)) + "/metrics"
 		if err := os.WriteFile(filepath.Join(filepath.Dir(kubeconfig), "kcm-metrics-url"), []byte(metricsURL), 0o600); err != nil {
 			return err
 		}
-		defer kcm.stop()
-		// Give its informers a moment to sync before reporting ready.
-		if err := waitHealthy(ctx, kcm, 2*time.Second); err != nil {
-			tail(filepath.Join(dir, "kube-controller-manager.log"))
+		if err := p.startKCM(ctx, nil); err != nil {
 			return err
 		}
-		go func() {
-			<-kcm.done
-			if ctx.Err() == nil {
-				fmt.Fprintln(os.Stderr, "envtest: kube-controller-manager exited")
-				tail(filepath.Join(dir, "kube-controller-manager.log"))
-				cancel()
-			}
-		}()
 	}
-	go func() {
-		<-apiserver.done
-		if ctx.Err() == nil {
-			fmt.Fprintln(os.Stderr, "envtest: kube-apiserver exited")
-			tail(filepath.Join(dir, "kube-apiserver.log"))
-			cancel()
-		}
-	}()
+
+	// The control socket (control.go), named in envtest.json beside the
+	// kubeconfig, for the fault suites.
+	requests := make(chan controlRequest)
+	socket := filepath.Join(dir, "control.sock")
+	ln, err := serveControlSocket(socket, requests)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := p.writeInfo(kubeconfig, socket, o.watchCache); err != nil {
+		return err
+	}
 
 	if o.keepLogs {
 		fmt.Fprintf(os.Stderr, "envtest: logs in %s\n", dir)
 	}
 	fmt.Println(kubeconfig)
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-requests:
+			req.reply <- p.handle(ctx, req, requests)
+		// A child exiting on its own (not through the socket) ends the run, as
+		// it always has: the suites would otherwise time out against nothing.
+		case <-p.apiExited():
+			fmt.Fprintln(os.Stderr, "envtest: kube-apiserver exited")
+			tail(p.log("kube-apiserver"))
+			return nil
+		case <-p.kcmExited():
+			fmt.Fprintln(os.Stderr, "envtest: kube-controller-manager exited")
+			tail(p.log("kube-controller-manager"))
+			return nil
+		}
+	}
 }
 
 type child struct {
@@ -313,11 +367,16 @@ type child struct {
 }
 
 func startChild(self string, args []string, logFile string) (*child, error) {
-	f, err := os.Create(logFile)
+	return startProcess(self, args, logFile)
+}
+
+// startProcess starts path with args, output appended to logFile.
+func startProcess(path string, args []string, logFile string) (*child, error) {
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, args...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// The children die with us, whatever way we go.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -334,11 +393,14 @@ func startChild(self string, args []string, logFile string) (*child, error) {
 	return c, nil
 }
 
-func (c *child) stop() {
+func (c *child) stop() { c.stopWithin(10 * time.Second) }
+
+// stopWithin sends SIGTERM and, after grace, SIGKILL.
+func (c *child) stopWithin(grace time.Duration) {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(grace):
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}
@@ -435,9 +497,12 @@ func firstServiceIP(cidrs string) net.IP {
 
 type pkiFiles struct {
 	caFile, certFile, keyFile, saKeyFile, tokenFile, token string
+	// The CA, for the node mode's client certificates.
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
 }
 
-func writePKI(dir string, serviceIP net.IP) (*pkiFiles, error) {
+func writePKI(dir string, serviceIP net.IP, extraIPs ...net.IP) (*pkiFiles, error) {
 	p := &pkiFiles{
 		caFile:    filepath.Join(dir, "ca.crt"),
 		certFile:  filepath.Join(dir, "apiserver.crt"),
@@ -475,6 +540,7 @@ func writePKI(dir string, serviceIP net.IP) (*pkiFiles, error) {
 	if serviceIP != nil {
 		ips = append(ips, serviceIP)
 	}
+	ips = append(ips, extraIPs...)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "kube-apiserver"},
@@ -503,6 +569,7 @@ func writePKI(dir string, serviceIP net.IP) (*pkiFiles, error) {
 		return nil, err
 	}
 	p.token = hex.EncodeToString(tok)
+	p.caCert, p.caKey = caCert, caKey
 	files := map[string][]byte{
 		p.caFile:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		p.certFile:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),

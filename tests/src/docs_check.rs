@@ -147,7 +147,7 @@ fn test_label(path: &str, name: &str) -> Option<String> {
         (false, 4) => "EP",
         (false, 5) => "MR",
         (true, 2..=7 | 11 | 12) => "AL",
-        (true, 8..=10 | 13 | 14) => "WH",
+        (true, 8..=10 | 13..=15) => "WH",
         _ => return Some(format!("?-{}", numbers.join("."))),
     };
     Some(format!("{prefix}-{}", numbers.join(".")))

@@ -224,6 +224,51 @@ impl Harness {
     }
 }
 
+/// `envtest.json`, which the harness writes beside the kubeconfig.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlaneInfo {
+    control_socket: PathBuf,
+}
+
+impl Harness {
+    /// Sends `command` with `args` to the harness's control socket and waits for the
+    /// reply (`start-apiserver` replies once the API server is ready again); the
+    /// reply's detail (e.g. the revision `compact-etcd` compacted to). The commands
+    /// are listed in `tests/envtest/control.go`.
+    pub async fn control(&self, command: &str, args: &[&str]) -> anyhow::Result<String> {
+        let info = self
+            .kubeconfig
+            .parent()
+            .context("kubeconfig without a directory")?
+            .join("envtest.json");
+        let request = serde_json::json!({ "command": command, "args": args });
+        let what = format!("{command} {}", args.join(" "));
+        // A blocking exchange on a thread of its own: the reply can take as long as
+        // an API server start, and the test's runtime keeps watching meanwhile.
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write as _;
+            let info: PlaneInfo = serde_json::from_slice(
+                &std::fs::read(&info).with_context(|| format!("reading {}", info.display()))?,
+            )?;
+            let mut stream = std::os::unix::net::UnixStream::connect(&info.control_socket)
+                .with_context(|| format!("connecting to {}", info.control_socket.display()))?;
+            writeln!(stream, "{request}")?;
+            let mut line = String::new();
+            BufReader::new(stream).read_line(&mut line)?;
+            let reply: serde_json::Value =
+                serde_json::from_str(&line).with_context(|| format!("reply {line:?}"))?;
+            if reply["ok"] != serde_json::Value::Bool(true) {
+                bail!("{}", reply["error"].as_str().unwrap_or(&line));
+            }
+            Ok(reply["detail"].as_str().unwrap_or_default().to_owned())
+        })
+        .await
+        .context("control thread")?
+        .with_context(|| format!("envtest control: {what}"))
+    }
+}
+
 impl Drop for Harness {
     fn drop(&mut self) {
         drop(self.stdin.take());

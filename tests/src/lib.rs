@@ -21,13 +21,17 @@
 //! - [`skip`]: the one way a test skips, recorded for `scripts/test`'s summary;
 //! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status),
 //!   reading back a Service's slices and Endpoints;
-//! - [`normalize`]: comparing stored EndpointSlices across clusters.
+//! - [`normalize`]: comparing stored EndpointSlices across clusters;
+//! - [`node_cluster`]: a real single-node cluster (kubelet, kube-proxy, containerd,
+//!   CoreDNS) in a private network namespace, with helm, for operator suites
+//!   (`tests/tests/e2e_node.rs`).
 
 pub mod binary;
 #[cfg(test)]
 mod docs_check;
 pub mod envtest;
 pub mod fake_api;
+pub mod node_cluster;
 pub mod normalize;
 pub mod objects;
 pub mod run_env;

@@ -13,12 +13,15 @@
 //!   the [`handler::AdmissionHandler`] the HTTPS server calls;
 //! - [`server`] and [`tls`]: the axum HTTPS server and certificate reload;
 //! - [`certs`]: self-managed CA and serving certificate (pure rotation rules);
-//! - [`metrics`]: the webhook's counters, for the process' `/metrics`.
+//! - [`metrics`]: the webhook's counters, for the process' `/metrics`;
+//! - [`retry`]: the one jittered backoff and once-per-outage logging every retry loop
+//!   of both crates uses (WH-15).
 
 pub mod certs;
 pub mod claim;
 pub mod handler;
 pub mod metrics;
+pub mod retry;
 pub mod review;
 pub mod server;
 pub mod shell;

@@ -17,8 +17,8 @@
 //! with the last reason and where to look.
 //!
 //! Two more reads make a broken release fail fast and an incomplete one fail at all
-//! (`workload.rs`): with `--pods-selector`, svcplane's Pods are listed while no answer
-//! has come, and when every one of them cannot run (an image that cannot be pulled, a
+//! (`workload.rs`): with `--pods-selector`, svcplane's Pods are listed until the check
+//! passes, and when every one of them (not being deleted) cannot run (an image that cannot be pulled, a
 //! crash loop) the check exits 1 with the kubelet's reasons instead of waiting out its
 //! timeout; with `--leader-lease`, success also needs a replica seen renewing that
 //! Lease, so an install whose controllers have no leader is not reported as done.
@@ -260,7 +260,9 @@ async fn check(args: &CheckArgs) -> Outcome {
                 elapsed: started.elapsed(),
             };
         }
-        if let (Some(selector), None) = (&args.pods_selector, &answer) {
+        // Also once answered but without a leader: the answer may have come from a
+        // replica of the release being replaced, still draining.
+        if let Some(selector) = &args.pods_selector {
             match pods.list(&ListParams::default().labels(selector)).await {
                 Ok(list) => {
                     let causes = judge.give_up(&list.items, Instant::now());

@@ -123,13 +123,19 @@ impl Judge {
     }
 
     /// Given svcplane's Pods as listed at `now`: the reasons to give up, when every Pod
-    /// is stuck (at least one Pod, each hopeless or stuck for the whole patience).
+    /// not being deleted is stuck (at least one, each hopeless or stuck for the whole
+    /// patience).
     /// Empty: keep waiting (some Pod may yet answer).
     pub(super) fn give_up(&mut self, pods: &[Pod], now: Instant) -> Vec<Stuck> {
         let mut verdict = Vec::new();
-        let mut all_stuck = !pods.is_empty();
+        let mut all_stuck = pods.iter().any(|p| p.metadata.deletion_timestamp.is_none());
         let mut seen = BTreeMap::new();
-        for pod in pods {
+        // A Pod being deleted (a replica of the release being replaced, draining) is
+        // on its way out whatever its state: it neither proves nor disproves anything.
+        for pod in pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+        {
             let name = pod.metadata.name.clone().unwrap_or_default();
             let stuck = stuck_in(pod);
             if stuck.is_empty() {
@@ -256,6 +262,23 @@ mod tests {
                 .give_up(std::slice::from_ref(&stuck), t0 + Duration::from_secs(40))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_draining_pod_neither_saves_nor_fails_the_release() {
+        let mut judge = Judge::new(Duration::ZERO);
+        let mut draining = pod("svcplane-old-a", None, "");
+        draining.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        let stuck = pod("svcplane-new-b", Some("InvalidImageName"), "bad");
+        assert_eq!(
+            judge
+                .give_up(&[draining.clone(), stuck], Instant::now())
+                .len(),
+            1
+        );
+        assert!(judge.give_up(&[draining], Instant::now()).is_empty());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::Api;
 use kube::runtime::watcher;
+use svcplane_webhook::retry::{Backoff, Outage, wait};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -82,9 +83,11 @@ pub struct Controllers {
     started: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The watch options of every list and watch.
+/// The watch options of every list and watch: streaming lists first (one watch
+/// instead of pages; the watch falls back to paginated lists of `page_size` where
+/// the API server refuses them, see `watch::driver`), bookmarks on.
 pub(crate) fn watch_config(page_size: u32) -> watcher::Config {
-    let c = watcher::Config::default();
+    let c = watcher::Config::default().streaming_lists();
     if page_size > 0 {
         c.page_size(page_size)
     } else {
@@ -206,12 +209,16 @@ async fn watch_if_served(
     stop: CancellationToken,
     watch: impl std::future::Future<Output = ()>,
 ) {
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
         let served = match resource {
             Resource::ServiceCidrs => served::<ServiceCIDR>(&client).await,
             _ => served::<IPAddress>(&client).await,
         };
+        if served.is_ok() {
+            outage.recovered(resource.plural(), "asking whether the API server serves it");
+        }
         match served {
             Ok(true) => return watch.await,
             Ok(false) => {
@@ -226,12 +233,16 @@ async fn watch_if_served(
                 return;
             }
             Err(e) => {
-                warn!(resource = resource.plural(), error = %e, retry_in_ms = delay.as_millis() as u64, "cannot tell whether the API server serves it; retrying");
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
+                let delay = backoff.next_delay();
+                outage.failed(
+                    resource.plural(),
+                    "cannot tell whether the API server serves it",
+                    &e,
+                    delay,
+                );
+                if !wait(delay, &stop).await {
+                    return;
                 }
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     }

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::certs::{self, Material, Settings};
+use crate::retry::{Backoff, Outage, wait};
 use crate::tls::CertReloader;
 
 /// Field manager of svcplane's writes here.
@@ -325,18 +326,25 @@ pub async fn start(
     interval: Duration,
     cancel: CancellationToken,
 ) -> Option<(CertReloader, tokio::task::JoinHandle<()>)> {
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     let material = loop {
         match managed.ensure().await {
-            Ok(m) => break m,
+            Ok(m) => {
+                outage.recovered(&managed.label(), "setting up the webhook certificates");
+                break m;
+            }
             Err(e) => {
-                warn!(secret = %managed.label(), error = %e, retry_in_ms = delay.as_millis() as u64,
-                      "cannot set up the webhook certificates; retrying");
-                tokio::select! {
-                    () = cancel.cancelled() => return None,
-                    () = tokio::time::sleep(delay) => {}
+                let delay = backoff.next_delay();
+                outage.failed(
+                    &managed.label(),
+                    "cannot set up the webhook certificates",
+                    &e,
+                    delay,
+                );
+                if !wait(delay, &cancel).await {
+                    return None;
                 }
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     };

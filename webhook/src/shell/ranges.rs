@@ -24,6 +24,7 @@ use tracing::{error, info, warn};
 
 use super::holders::SourceKind;
 use super::watch::{Readiness, SharedState, lock};
+use crate::retry::{Backoff, Outage, wait};
 use crate::state::{AllocationState, HolderKey};
 use svcplane_allocator::Claim;
 
@@ -285,12 +286,13 @@ pub async fn feed_service_cidrs(
     sink: Arc<ServiceCidrSink>,
     cancel: CancellationToken,
 ) {
-    let mut delay = std::time::Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
         let stream = watcher::watcher(api.clone(), watcher::Config::default());
         futures::pin_mut!(stream);
         let mut listing: Option<Vec<ServiceCIDR>> = None;
-        loop {
+        let retry_in = loop {
             let next = tokio::select! {
                 () = cancel.cancelled() => return,
                 next = stream.try_next() => next,
@@ -307,23 +309,23 @@ pub async fn feed_service_cidrs(
                 }
                 Ok(Some(Event::InitDone)) => {
                     sink.replace_all(&listing.take().unwrap_or_default());
-                    delay = std::time::Duration::from_millis(500);
+                    backoff.reset();
+                    outage.recovered("servicecidrs", "watch");
                 }
                 Ok(Some(Event::Apply(obj))) => sink.apply(&obj),
                 Ok(Some(Event::Delete(obj))) => sink.delete(&obj),
-                Ok(None) => break,
+                Ok(None) => break backoff.next_delay(),
                 Err(e) => {
-                    warn!(source = "servicecidrs", error = %e, "watch failed; listing again after a backoff");
-                    break;
+                    let delay = backoff.next_delay();
+                    outage.failed("servicecidrs", "watch failed; listing again", &e, delay);
+                    break delay;
                 }
             }
-        }
+        };
         sink.sync_changed(false);
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(delay) => {}
+        if !wait(retry_in, &cancel).await {
+            return;
         }
-        delay = (delay * 2).min(std::time::Duration::from_secs(30));
     }
 }
 

@@ -19,6 +19,7 @@ use super::repair::{self, RepairConfig};
 pub use super::watch::ServiceSource;
 use super::watch::{self, Readiness, ServiceSink, SharedState};
 use crate::metrics::WebhookMetrics;
+use crate::retry::{Backoff, Outage, wait};
 use crate::state::AllocationState;
 
 /// Settings of the webhook's allocation side.
@@ -216,20 +217,29 @@ async fn watch_service_cidrs(
     sink: Arc<ServiceCidrSink>,
     cancel: CancellationToken,
 ) {
-    let mut delay = std::time::Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
-        match has_service_cidrs(&client).await {
+        let served = has_service_cidrs(&client).await;
+        if served.is_ok() {
+            outage.recovered("servicecidrs", "asking whether ServiceCIDR objects exist");
+        }
+        match served {
             Ok(true) => {
                 return feed_service_cidrs(kube::Api::all(client), sink, cancel).await;
             }
             Ok(false) => return sink.not_served(),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot tell whether ServiceCIDR objects exist; retrying");
-                tokio::select! {
-                    () = cancel.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
+                let delay = backoff.next_delay();
+                outage.failed(
+                    "servicecidrs",
+                    "cannot tell whether ServiceCIDR objects exist",
+                    &e,
+                    delay,
+                );
+                if !wait(delay, &cancel).await {
+                    return;
                 }
-                delay = (delay * 2).min(std::time::Duration::from_secs(30));
             }
         }
     }

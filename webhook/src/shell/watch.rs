@@ -1,6 +1,7 @@
 //! Reflecting Services, claims and IPAddress objects into the allocation state.
 //!
-//! One watch per source (kube-runtime's `watcher`, with its backoff). A (re-)list
+//! One watch per source (kube-runtime's `watcher`; failures wait the shared jittered
+//! backoff and log once per outage, WH-15). A (re-)list
 //! replaces everything that source held before, so objects deleted while the watch was
 //! down do not leave values taken forever. The webhook is ready once every source has
 //! finished its first list; until then it would answer from a partial picture.
@@ -22,6 +23,7 @@ use tracing::{error, info, warn};
 
 use super::holders::{HolderSource, SourceKind};
 use crate::claim::AllocationClaim;
+use crate::retry::{Backoff, Outage, wait};
 use crate::state::{AllocationState, HolderKey};
 
 /// The allocation state shared by the watches and the admission handler. A std mutex:
@@ -186,32 +188,6 @@ pub fn apply_event<K: HolderSource>(
     }
 }
 
-/// Delay before a failed watch lists again: doubles from 500 ms to 30 s, and starts
-/// over once a list completes.
-#[derive(Debug, Clone, Copy)]
-struct RelistBackoff {
-    next: Duration,
-}
-
-impl RelistBackoff {
-    const FIRST: Duration = Duration::from_millis(500);
-    const MAX: Duration = Duration::from_secs(30);
-
-    fn new() -> Self {
-        Self { next: Self::FIRST }
-    }
-
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-
-    fn take(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        d
-    }
-}
-
 /// Watch `api` until `cancel`, feeding `state` and `readiness`.
 ///
 /// Any watch failure drops the stream and lists again (after a backoff): kube's watcher
@@ -227,12 +203,13 @@ pub async fn feed<K>(
     K: HolderSource + Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let kind = K::KIND;
-    let mut backoff = RelistBackoff::new();
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
         let stream = watcher::watcher(api.clone(), watcher::Config::default());
         futures::pin_mut!(stream);
         let mut seen = None;
-        loop {
+        let retry_in = loop {
             let next = tokio::select! {
                 () = cancel.cancelled() => return,
                 next = stream.try_next() => next,
@@ -248,24 +225,25 @@ pub async fn feed<K>(
                         }
                         readiness.listed(kind);
                         backoff.reset();
+                        outage.recovered(kind.label(), "watch");
                     }
                     Applied::Changed => {}
                 },
                 Ok(None) => {
                     readiness.out_of_sync(kind);
-                    warn!(source = kind.label(), "watch ended; listing again");
-                    break;
+                    info!(source = kind.label(), "watch ended; listing again");
+                    break backoff.next_delay();
                 }
                 Err(e) => {
                     readiness.out_of_sync(kind);
-                    warn!(source = kind.label(), error = %e, "watch failed; listing again after a backoff");
-                    break;
+                    let delay = backoff.next_delay();
+                    outage.failed(kind.label(), "watch failed; listing again", &e, delay);
+                    break delay;
                 }
             }
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(backoff.take()) => {}
+        };
+        if !wait(retry_in, &cancel).await {
+            return;
         }
     }
 }
@@ -416,9 +394,14 @@ pub async fn spawn_all(
             cancel.clone(),
         )));
     }
-    let mut delay = std::time::Duration::from_millis(500);
+    let mut backoff = Backoff::from_entropy();
+    let mut outage = Outage::default();
     loop {
-        match has_ip_addresses(&client).await {
+        let served = has_ip_addresses(&client).await;
+        if served.is_ok() {
+            outage.recovered("ipaddresses", "asking whether IPAddress objects exist");
+        }
+        match served {
             Ok(true) => {
                 tasks.push(tokio::spawn(feed(
                     Api::<IPAddress>::all(client.clone()),
@@ -436,12 +419,16 @@ pub async fn spawn_all(
                 break;
             }
             Err(e) => {
-                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot tell whether IPAddress objects exist; retrying");
-                tokio::select! {
-                    () = cancel.cancelled() => break,
-                    () = tokio::time::sleep(delay) => {}
+                let delay = backoff.next_delay();
+                outage.failed(
+                    "ipaddresses",
+                    "cannot tell whether IPAddress objects exist",
+                    &e,
+                    delay,
+                );
+                if !wait(delay, &cancel).await {
+                    break;
                 }
-                delay = (delay * 2).min(std::time::Duration::from_secs(30));
             }
         }
     }
@@ -538,15 +525,6 @@ mod tests {
         assert!(r.repair_safe(), "a completed re-list");
         r.out_of_sync(SourceKind::IpAddresses);
         assert!(r.repair_safe(), "IPAddresses do not gate the repair");
-    }
-
-    #[test]
-    fn the_relist_backoff_doubles_to_a_cap_and_starts_over() {
-        let mut b = RelistBackoff::new();
-        let seq: Vec<u64> = (0..8).map(|_| b.take().as_millis() as u64).collect();
-        assert_eq!(seq, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
-        b.reset();
-        assert_eq!(b.take(), Duration::from_millis(500));
     }
 
     #[test]
