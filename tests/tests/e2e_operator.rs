@@ -496,6 +496,24 @@ async fn the_operators_path_on_a_real_kubelet() {
         &["resource=\"endpointslices\"", "code=\"409\""],
     );
     let warnings_before = warning_events(&c).len();
+    let writes = |c: &NodeCluster| -> f64 {
+        let mut sum = 0.0;
+        for verb in ["POST", "PUT", "DELETE"] {
+            for resource in ["endpointslices", "endpoints"] {
+                let (verb, resource) = (
+                    format!("verb=\"{verb}\""),
+                    format!("resource=\"{resource}\""),
+                );
+                sum += apiserver_counter(
+                    c,
+                    "apiserver_request_total",
+                    &[&verb, &resource, "code=\"20"],
+                );
+            }
+        }
+        sum
+    };
+    let writes_before = writes(&c);
     let started = Instant::now();
     helm_ok(&c, "helm install", &install_args(&[]));
     let install_time = started.elapsed();
@@ -601,12 +619,14 @@ async fn the_operators_path_on_a_real_kubelet() {
         "apiserver_request_total",
         &["resource=\"endpointslices\"", "code=\"409\""],
     ) - conflicts_before;
+    let overlap_writes = writes(&c) - writes_before;
     let overlap_warnings: Vec<String> = warning_events(&c)
         .into_iter()
         .skip(warnings_before)
         .collect();
     println!(
-        "overlap (install + scale 3->5 with both writers): {overlap_409} EndpointSlice 409s, \
+        "overlap (install + scale 3->5 with both writers): {overlap_writes} EndpointSlice and Endpoints \
+         writes by both, {overlap_409} EndpointSlice 409s, \
          {} Warning events, {fail_open_install} fail-open webhook calls during install",
         overlap_warnings.len()
     );
