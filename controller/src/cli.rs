@@ -434,11 +434,12 @@ pub struct RunArgs {
           value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
     pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
 
-    /// With batch periods of 0: the longest a Pod added or turning ready waits to be
-    /// written together with the changes after it. It waits only while the API server
-    /// has no room (a write of its Service in flight, no token under --kube-api-qps,
-    /// slow answers, a 429); otherwise it is written at once. Pods withdrawn wait at
-    /// most a quarter of it, never behind additions. 0 syncs every change at once, as
+    /// With batch periods of 0: a Service in a burst (synced twice within four windows)
+    /// waits out the rest of this window after its last sync before its next sync for
+    /// a Pod added or turning ready, writing everything that changed meanwhile at once;
+    /// after a burst with a sync of three changes or more, the next change within eight
+    /// windows waits a window from its arrival. Pods withdrawn wait a quarter of it, never behind additions; a
+    /// Service not synced recently is synced at once. 0 syncs every change at once, as
     /// upstream.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
           default_value = "250ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]

@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rule_15_2_kube_request_failures_are_off_at_default_levels_and_on_when_asked() {
+    fn kube_request_failures_are_off_at_default_levels_and_on_when_asked_wh_15_2() {
         let off = ",kube_client::client::builder=off";
         assert_eq!(
             filter_directives(None, None, "info,kube=warn"),

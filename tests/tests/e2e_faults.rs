@@ -192,9 +192,6 @@ async fn a_second_writer_editing_and_deleting_slices_is_repaired() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not reliable yet: on a shared two-core runner even the fault-free baseline (200 \
-            concurrent creates through two replicas) hits the webhook's 4 s admission timeout \
-            and does not finish in 90 s"]
 async fn webhook_replicas_survive_an_apiserver_restart_during_200_creates() {
     let Some(bin) = prerequisites("e2e_faults webhook") else {
         return;

@@ -139,7 +139,10 @@ pub async fn connect_limited(
         .authority()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let limited = move |config: Config| -> anyhow::Result<(Client, ratelimit::ClientBudget)> {
+    let limited_with = move |config: Config,
+                             qps: f64,
+                             burst: u32|
+          -> anyhow::Result<(Client, ratelimit::ClientBudget)> {
         let limiter = ratelimit::RateLimitLayer::new(qps, burst).for_host(host.clone());
         let budget = limiter.budget();
         // Limiter outermost: its wait is not part of the request's own latency.
@@ -150,11 +153,26 @@ pub async fn connect_limited(
             .build();
         Ok((client, budget))
     };
+    let limited = {
+        let limited_with = limited_with.clone();
+        move |config: Config| limited_with(config, qps, burst)
+    };
     // Building from this configuration works once, so it works for every user.
     let fallback = limited(config.clone())?;
     Ok(Clients::per_user_limited(move |user| {
         let mut config = config.clone();
         identify(&mut config, user);
+        // The webhook answers inside kube-apiserver's own admission deadline: a Service
+        // create waits for its claims, so a client-side queue behind --kube-api-qps
+        // turns a burst of creates into admission timeouts (200 concurrent NodePort
+        // creates need 400 claim writes: 20 s at the default 20 qps). Its writes are
+        // bounded by the admission requests the API server sends, which its own
+        // priority and fairness already limits, as for kube-apiserver's in-tree
+        // allocator and for `svcplane webhook`, whose client has no limit either.
+        if user == users::WEBHOOK {
+            // qps 0: the bucket never limits (token_bucket.rs).
+            return limited_with(config, 0.0, burst).unwrap_or_else(|_| fallback.clone());
+        }
         limited(config).unwrap_or_else(|_| fallback.clone())
     }))
 }
