@@ -29,9 +29,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use svcplane_allocator::Claim;
 use svcplane_tests::binary::svcplane_bin_or_skip;
@@ -287,15 +289,51 @@ async fn chart_renders_validates_applies_and_its_webhooks_admit_and_reject() {
             .iter()
             .map(|a| a.as_str().unwrap().to_owned())
             .collect();
-        let out = Command::new(bin)
-            .args(&args)
-            .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig)
-            .output()
-            .unwrap();
+        // The rendered check also waits for a replica renewing the chart's Lease
+        // (--leader-lease). This test runs no controllers, so it plays that replica.
+        let lease = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--leader-lease="))
+            .expect("the hook waits for a leader with the chart's default values")
+            .to_owned();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let renewer = tokio::spawn(async move {
+            loop {
+                let renewed = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": lease},
+                    "spec": {"holderIdentity": "svcplane-test", "leaseDurationSeconds": 15,
+                             "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now())},
+                });
+                let _ = leases
+                    .patch(
+                        &lease,
+                        &PatchParams::apply("chart-test").force(),
+                        &Patch::Apply(&renewed),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        let out = tokio::task::spawn_blocking({
+            let (bin, kubeconfig, args) = (bin.clone(), cluster.kubeconfig.clone(), args.clone());
+            move || {
+                Command::new(bin)
+                    .args(&args)
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        renewer.abort();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success() && stdout.contains("replica svcplane-test"),
+            out.status.success()
+                && stdout.contains("replica svcplane-test")
+                && stdout.contains("and replica svcplane-test leads the controllers"),
             "svcplane {args:?}: {stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
