@@ -680,7 +680,8 @@ async fn the_operators_path_on_a_real_kubelet() {
         followed.as_secs_f64()
     );
     let _ = handover;
-    // A Pod made unready is never answered from.
+    // A Pod made unready is never answered from. Chosen among the Ready Pods not
+    // being deleted: the rolling update's old Pods may still be terminating.
     let pods = kubectl(
         &c,
         &[
@@ -691,10 +692,16 @@ async fn the_operators_path_on_a_real_kubelet() {
             "-l",
             "app=web",
             "-o",
-            "jsonpath={.items[*].metadata.name}",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.metadata.deletionTimestamp}{"\n"}{end}"#,
         ],
     );
-    let unready = pods.split_whitespace().next().unwrap().to_owned();
+    let unready = pods
+        .lines()
+        .find_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            (parts.len() == 2 && parts[1] == "True").then(|| parts[0].to_owned())
+        })
+        .expect("a Ready web Pod");
     kubectl(
         &c,
         &["-n", APP_NS, "exec", &unready, "--", "rm", "/tmp/ready"],
