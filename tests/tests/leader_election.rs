@@ -17,7 +17,7 @@ use kube::api::ObjectMeta;
 use svcplane_controller::leader::{
     Config, LeaderElector, LeaderError, Leadership, LostCause, Params,
 };
-use svcplane_tests::fake_api::{FakeApi, Fault, Verb};
+use svcplane_tests::fake_api::{FakeApi, Fault, Gvr, Verb};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
@@ -592,4 +592,32 @@ async fn a_foreign_holder_is_never_looked_up() {
     let took_over_at = b.until_leader(LEASE + RETRY * 3).await;
     assert!(took_over_at - started >= LEASE);
     assert_eq!(fake.stats().requests(Verb::Get, "pods"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_pod_still_draining_is_taken_over_once_it_is_gone() {
+    let fake = FakeApi::new();
+    stale_lease(&fake, OLD_LEADER);
+    fake.insert(Pod {
+        metadata: ObjectMeta {
+            name: Some(OLD_LEADER.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let mut b = Replica::start_as(&fake, NEW_REPLICA, true);
+    // The uninstalled release's Pod finishes draining 6 s in.
+    sleep(Duration::from_secs(6)).await;
+    assert!(!b.leading());
+    fake.delete(Gvr::of::<Pod>(), Some(NS), OLD_LEADER)
+        .expect("the Pod existed");
+    let took_over_at = b.until_leader(LEASE).await;
+    assert!(
+        took_over_at - started <= Duration::from_secs(6) + RETRY * 3,
+        "took over {:?} after start; the holder's Pod went at 6 s",
+        took_over_at - started
+    );
 }

@@ -163,8 +163,8 @@ pub struct LeaderElector {
     observed: Observed,
     /// Where sibling replicas' Pods are looked up (see [`Config::holder_pods`]).
     pods: Option<Api<Pod>>,
-    /// The record whose holder Pod was last looked up, and whether it was gone.
-    looked_up: Option<(LeaseRecord, bool)>,
+    /// The record whose holder Pod was last looked up, whether it was gone, and when.
+    looked_up: Option<(LeaseRecord, bool, std::time::Instant)>,
     /// The Lease as our last successful write returned it, for the release; `None` when a
     /// later write may have landed without our knowing (then release reads it first).
     last_written: Option<Lease>,
@@ -411,12 +411,12 @@ impl LeaderElector {
             return false;
         };
         let record = self.observed.record();
-        if let (Some((asked, gone)), Some(record)) = (&self.looked_up, record)
+        if let (Some((asked, true, _)), Some(record)) = (&self.looked_up, record)
             && asked == record
         {
-            return *gone;
+            return true;
         }
-        let asked = self.looked_up.as_ref().map(|(r, _)| r);
+        let asked = self.looked_up.as_ref().map(|(r, _, at)| (r, *at));
         let Some(holder) = holder_to_look_up(
             record,
             self.observed.at(),
@@ -435,7 +435,7 @@ impl LeaderElector {
             }
         };
         if let Some(record) = record {
-            self.looked_up = Some((record.clone(), gone));
+            self.looked_up = Some((record.clone(), gone, now));
         }
         gone
     }

@@ -38,22 +38,27 @@ pub(super) fn sibling_replica(me: &str, holder: &str) -> bool {
 
 /// The holder Pod worth looking up: the Lease names a sibling replica whose record has
 /// not changed for two retry periods (it missed a renewal), and this record was not
-/// asked about yet (`asked` is the record last looked up).
+/// looked up in the last two retry periods (`asked`: the record last looked up, and
+/// when). A holder found is looked up again later: a replica of an uninstalled
+/// release may still be draining when we first look, and be gone a few seconds on.
 pub(super) fn holder_to_look_up<'r>(
     record: Option<&'r LeaseRecord>,
     observed_at: Instant,
-    asked: Option<&LeaseRecord>,
+    asked: Option<(&LeaseRecord, Instant)>,
     me: &str,
     now: Instant,
     params: &Params,
 ) -> Option<&'r str> {
     let record = record?;
     let holder = record.holder()?;
-    if !sibling_replica(me, holder) || asked == Some(record) {
+    let pause = params.retry_period * 2;
+    let recently_asked =
+        asked.is_some_and(|(r, at)| r == record && now.saturating_duration_since(at) < pause);
+    if !sibling_replica(me, holder) || recently_asked {
         return None;
     }
     let quiet: Duration = now.saturating_duration_since(observed_at);
-    (quiet >= params.retry_period * 2).then_some(holder)
+    (quiet >= pause).then_some(holder)
 }
 
 #[cfg(test)]
@@ -101,18 +106,21 @@ mod tests {
     }
 
     #[test]
-    fn rule_each_unchanged_record_is_looked_up_once() {
+    fn rule_an_unchanged_record_is_looked_up_again_only_after_two_retry_periods() {
         let params = Params::default();
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(10);
         let record = held_by("svcplane-5c4b3a291-qwert");
+        let asked_at = |secs| Some((&record, later - Duration::from_secs(secs)));
         assert_eq!(
-            holder_to_look_up(Some(&record), t0, Some(&record), ME, later, &params),
+            holder_to_look_up(Some(&record), t0, asked_at(1), ME, later, &params),
             None
         );
+        // The holder was still there (draining): ask again once two periods passed.
+        assert!(holder_to_look_up(Some(&record), t0, asked_at(4), ME, later, &params).is_some());
         let mut renewed = record.clone();
         renewed.transitions = 1;
-        assert!(holder_to_look_up(Some(&renewed), t0, Some(&record), ME, later, &params).is_some());
+        assert!(holder_to_look_up(Some(&renewed), t0, asked_at(1), ME, later, &params).is_some());
     }
 
     #[test]
