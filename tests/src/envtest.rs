@@ -68,13 +68,19 @@ impl Cluster {
     /// A fresh client. Build one per test: a client is bound to the tokio
     /// runtime it first runs on, and every `#[tokio::test]` has its own.
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading kubeconfig")?;
-        Client::try_from(config).context("building client")
+        client_for(&self.kubeconfig).await
     }
+}
+
+/// A fresh client for the admin kubeconfig at `path` (the envtest harness's, the node
+/// cluster's, or an external one).
+pub async fn client_for(path: &Path) -> anyhow::Result<Client> {
+    let kubeconfig =
+        Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .context("loading kubeconfig")?;
+    Client::try_from(config).context("building client")
 }
 
 /// A cluster, the reason there is none, or why starting one failed.

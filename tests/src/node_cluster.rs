@@ -37,8 +37,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use serde::Deserialize;
 
 use crate::envtest::build::{ENVTEST, HELM, workspace};
@@ -227,12 +226,7 @@ impl NodeCluster {
     /// A fresh client. Build one per test: a client is bound to the tokio runtime it
     /// first runs on, and every `#[tokio::test]` has its own.
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading kubeconfig")?;
-        Client::try_from(config).context("building client")
+        crate::envtest::client_for(&self.kubeconfig).await
     }
 
     /// `kubectl ARGS...` (upstream kubectl at the cluster's version, from the harness)
