@@ -13,6 +13,10 @@ use crate::view::{CLUSTER_IP_NONE, PREFER_DUAL_STACK, REQUIRE_DUAL_STACK, SINGLE
 
 /// Message of `validation.IsValidIP`.
 pub const INVALID_IP_MSG: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
+/// An IPv4 octet written with leading zeros (strict IP validation).
+pub const LEADING_ZEROS_MSG: &str = "must not have leading 0s";
+/// An IPv4 address written as an IPv4-mapped IPv6 one (strict IP validation).
+pub const IPV4_MAPPED_MSG: &str = "must not be an IPv4-mapped IPv6 address";
 
 /// Which Service IP families the cluster serves, and the primary (first flag CIDR).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,23 @@ pub fn family_of_str(ip: &str) -> Option<IpFamily> {
     parse_ip_sloppy(ip).map(|a| IpFamily::of(&a))
 }
 
+/// What kube-apiserver says of one legacy IP field's value with
+/// `StrictIPCIDRValidation` on (beta and on by default since 1.33, still so in 1.37):
+/// not an IP at all; else leading zeros in an IPv4 octet (read as octal by libc,
+/// so two programs may disagree on the address) and an IPv4-mapped IPv6 address,
+/// each its own error (WH-8.8). Other non-canonical forms (upper-case IPv6, `::0:1`)
+/// are valid; the API server only warns about them.
+pub fn ip_errors(ip: &str) -> Vec<&'static str> {
+    if parse_ip_sloppy(ip).is_none() {
+        return vec![INVALID_IP_MSG];
+    }
+    match ip.parse::<std::net::IpAddr>() {
+        Err(_) => vec![LEADING_ZEROS_MSG],
+        Ok(std::net::IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some() => vec![IPV4_MAPPED_MSG],
+        Ok(_) => Vec::new(),
+    }
+}
+
 fn cluster_ips_value(v: &SvcView) -> FieldValue {
     FieldValue::StrList(Some(v.cluster_ips.clone()))
 }
@@ -58,7 +79,9 @@ fn policy(v: &SvcView) -> &str {
 }
 
 /// `ValidateServiceClusterIPsRelatedFields` (WH-8.3). Skipped for ExternalName.
-pub fn validate_cluster_ips_related_fields(v: &SvcView) -> Vec<FieldError> {
+/// `old` is the stored Service on an update: a ClusterIP it already holds is
+/// accepted as it is, so strict IP checks never lock a stored Service (WH-8.8).
+pub fn validate_cluster_ips_related_fields(v: &SvcView, old: Option<&SvcView>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if v.is_external_name() {
         return errs;
@@ -122,14 +145,17 @@ pub fn validate_cluster_ips_related_fields(v: &SvcView) -> Vec<FieldError> {
             }
             continue;
         }
-        if parse_ip_sloppy(ip).is_none() {
-            has_invalid_ips = true;
-            errs.push(FieldError::invalid(
-                format!("spec.clusterIPs[{i}]"),
-                FieldValue::Str(ip.clone()),
-                INVALID_IP_MSG,
-            ));
+        if old.is_some_and(|o| o.cluster_ips.contains(ip)) {
+            continue;
         }
+        let field = format!("spec.clusterIPs[{i}]");
+        let found = ip_errors(ip);
+        has_invalid_ips |= !found.is_empty();
+        errs.extend(
+            found
+                .into_iter()
+                .map(|msg| FieldError::invalid(field.clone(), FieldValue::Str(ip.clone()), msg)),
+        );
     }
 
     if v.cluster_ips.len() > 2 {
@@ -235,7 +261,7 @@ pub fn init_ip_family_fields(
         }
     }
 
-    let pre = validate_cluster_ips_related_fields(new);
+    let pre = validate_cluster_ips_related_fields(new, old);
     if !pre.is_empty() {
         return Err(pre);
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::networking::v1::IPAddress;
+use k8s_openapi::api::networking::v1::{IPAddress, ParentReference};
 
 use crate::error::PortAllocError;
 use crate::node_port::{PortAllocator, PortRange};
@@ -194,11 +194,17 @@ pub fn repair_node_ports_of(v: &SvcView) -> Vec<i32> {
     out
 }
 
+/// An IPAddress's `spec.parentRef`, `None` when it has none: the 1.37 types make
+/// `spec` and `parentRef` required, so an absent one reads as the empty default.
+fn parent_ref(ip: &IPAddress) -> Option<&ParentReference> {
+    let r = &ip.spec.parent_ref;
+    (!r.resource.is_empty() || !r.name.is_empty()).then_some(r)
+}
+
 fn parent_ref_str(ip: &IPAddress) -> String {
-    match ip.spec.as_ref() {
+    match parent_ref(ip) {
         None => "nil".into(),
-        Some(s) => {
-            let r = &s.parent_ref;
+        Some(r) => {
             format!(
                 "&{{{} {} {} {}}}",
                 r.group.as_deref().unwrap_or(""),
@@ -270,7 +276,7 @@ pub fn repair_ip_addresses(
                     Remedy::RecreateIpAddress(ip),
                 )
             };
-            let Some(pref) = obj.spec.as_ref().map(|s| &s.parent_ref) else {
+            let Some(pref) = parent_ref(obj) else {
                 out.push(wrong_ref());
                 continue;
             };
@@ -324,7 +330,7 @@ pub fn repair_ip_addresses(
         if managed != Some(MANAGED_BY_IPALLOCATOR) {
             continue;
         }
-        let pref = a.spec.as_ref().map(|s| &s.parent_ref);
+        let pref = parent_ref(a);
         let Some(pref) = pref
             .filter(|p| p.group.as_deref().unwrap_or("").is_empty() && p.resource == "services")
         else {

@@ -17,6 +17,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_controller::shell::cache::strip;
 use svcplane_controller::shell::cache::watched_pod::WatchedPod;
 use svcplane_controller::shell::cache::{
@@ -143,7 +144,7 @@ fn per_service_objects(services: usize) {
     let mut endpoints_read = 0;
     for i in 0..services {
         for s in store.of_service(&format!("team-{}", i % 50), &format!("svc-{i}")) {
-            endpoints_read += s.endpoints.len();
+            endpoints_read += s.endpoints().len();
         }
     }
     assert_eq!(endpoints_read, services * 10);

@@ -14,6 +14,7 @@ use svcplane_controller::core::fixtures::{as_stored, endpoints as ep_builder, ip
 use svcplane_controller::core::ip;
 use svcplane_controller::core::keys::ANNOTATION_OVER_CAPACITY;
 use svcplane_controller::core::mirroring;
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
 fn written(outcome: Outcome) -> (Endpoints, usize) {
     match outcome {
@@ -179,7 +180,7 @@ proptest! {
         let plan = mirror(&e, &[], max);
         prop_assert!(plan.updates.is_empty() && plan.deletes.is_empty());
         for s in &plan.creates {
-            prop_assert!(s.endpoints.len() <= max.min(1000));
+            prop_assert!(s.endpoints().len() <= max.min(1000));
         }
         let pool = address_pool();
         for (k, (ready, not_ready)) in subsets.iter().enumerate() {
@@ -198,7 +199,7 @@ proptest! {
             for s in plan.creates.iter().filter(|s| {
                 s.ports.iter().flatten().any(|p| p.name.as_deref() == Some(port.as_str()))
             }) {
-                for ep in &s.endpoints {
+                for ep in s.endpoints() {
                     prop_assert_eq!(ep.addresses.len(), 1);
                     let family = ip::family_of(&ep.addresses[0]).map(|f| f.address_type());
                     prop_assert_eq!(family, Some(s.address_type.as_str()));

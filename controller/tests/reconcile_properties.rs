@@ -11,6 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use proptest::prelude::*;
 use svcplane_controller::core::endpointslice::{Inputs, Outcome, SlicePlan, reconcile};
 use svcplane_controller::core::fixtures::{apply_plan, node, nodes, pod, svc};
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
 #[derive(Debug, Clone)]
 struct PodSpec {
@@ -156,7 +157,7 @@ fn actual(slices: &[Arc<EndpointSlice>]) -> BTreeMap<(String, Option<i32>), Vec<
             .and_then(|p| p.first())
             .and_then(|p| p.port);
         let names = out.entry((s.address_type.clone(), port)).or_default();
-        for e in &s.endpoints {
+        for e in s.endpoints() {
             names.push(
                 e.target_ref
                     .as_ref()
@@ -194,7 +195,7 @@ proptest! {
         let state = apply_plan(&stored, &plan);
 
         for s in &state {
-            prop_assert!(s.endpoints.len() <= max, "slice over max: {}", s.endpoints.len());
+            prop_assert!(s.endpoints().len() <= max, "slice over max: {}", s.endpoints().len());
         }
         prop_assert_eq!(actual(&state), expected(&after, families, publish_not_ready));
 

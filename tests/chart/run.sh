@@ -6,13 +6,13 @@
 # There is no helm binary, Docker engine or kubeconform here: the chart is
 # linted, schema-checked and rendered with the pinned Helm v4 SDK from PyPI
 # (helm-python-sdk), and every rendered manifest is validated with
-# kubernetes-validate --strict against Kubernetes 1.33 and 1.36. PromQL in the
+# kubernetes-validate --strict against Kubernetes 1.33 and 1.37. PromQL in the
 # Grafana dashboard and the PrometheusRule is parsed with promql-parser (the
 # Rust promql-parser crate's Python binding), offline.
 #
 # Steps: venv (outside the repo, reused while it holds the pinned versions) ->
 # yamllint Chart.yaml/values.yaml -> for the default values and every
-# ci/*.yaml: render.py + kubernetes-validate --strict -k 1.33 and -k 1.36 ->
+# ci/*.yaml: render.py + kubernetes-validate --strict -k 1.33 and -k 1.37 ->
 # bad values must fail -> pytest tests/chart (exit 5, "no tests", is a failure).
 #
 # Writes target/chart/manifests.yaml (default values) and
@@ -34,7 +34,7 @@ KVALIDATE=kubernetes-validate==1.37.0
 YAMLLINT=yamllint==1.38.0
 PROMQL=promql-parser==0.11.0
 PYTEST='pytest>=8,<10'
-KUBE_VERSIONS=(1.33 1.36)
+KUBE_VERSIONS=(1.33 1.37)
 
 CHART=charts/svcplane
 OUT=target/chart

@@ -32,7 +32,7 @@ import render as chart_render  # noqa: E402
 NAMESPACE = chart_render.NAMESPACE
 CI_VARIANTS = sorted(p.name for p in (CHART / "ci").glob("*.yaml"))
 VARIANTS = ["default"] + CI_VARIANTS
-KUBE_VERSIONS = ["1.33", "1.36"]
+KUBE_VERSIONS = ["1.33", "1.37"]
 # Kinds without a schema in kubernetes-validate (CRDs of other projects);
 # kubernetes-validate only warns about them, so they are checked by hand below.
 FOREIGN_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),

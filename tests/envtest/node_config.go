@@ -93,7 +93,7 @@ func cniConfig(n *nodeRun) string {
 func kubeletConfig(n *nodeRun) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# This machine's cgroups are v1 ("hybrid"); 1.36 refuses them unless told.
+# This machine's cgroups are v1 ("hybrid"); the kubelet refuses them unless told.
 failCgroupV1: false
 cgroupDriver: cgroupfs
 # Pods' cgroups under a root of this run's, so that they are found and removed.

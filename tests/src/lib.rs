@@ -22,6 +22,8 @@
 //! - [`objects`]: creating fixture-built Nodes, Services and Pods (with status),
 //!   reading back a Service's slices and Endpoints;
 //! - [`normalize`]: comparing stored EndpointSlices across clusters;
+//! - [`openapi_sample`]: objects with every field of an API server's schema set,
+//!   and what a typed round trip of one loses;
 //! - [`node_cluster`]: a real single-node cluster (kubelet, kube-proxy, containerd,
 //!   CoreDNS) in a private network namespace, with helm, for operator suites
 //!   (`tests/tests/e2e_node.rs`).
@@ -34,6 +36,7 @@ pub mod fake_api;
 pub mod node_cluster;
 pub mod normalize;
 pub mod objects;
+pub mod openapi_sample;
 pub mod run_env;
 pub mod sim;
 pub mod skip;

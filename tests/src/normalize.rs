@@ -151,6 +151,7 @@ mod tests {
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::api::discovery::v1::Endpoint;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
     fn slice(name: &str, uid: &str, ips: &[&str]) -> EndpointSlice {
         EndpointSlice {
@@ -170,18 +171,19 @@ mod tests {
                 ..ObjectMeta::default()
             },
             address_type: "IPv4".into(),
-            endpoints: ips
-                .iter()
-                .map(|ip| Endpoint {
-                    addresses: vec![(*ip).into()],
-                    target_ref: Some(ObjectReference {
-                        uid: Some(format!("{uid}-{ip}")),
-                        name: Some((*ip).into()),
-                        ..ObjectReference::default()
-                    }),
-                    ..Endpoint::default()
-                })
-                .collect(),
+            endpoints: Some(
+                ips.iter()
+                    .map(|ip| Endpoint {
+                        addresses: vec![(*ip).into()],
+                        target_ref: Some(ObjectReference {
+                            uid: Some(format!("{uid}-{ip}")),
+                            name: Some((*ip).into()),
+                            ..ObjectReference::default()
+                        }),
+                        ..Endpoint::default()
+                    })
+                    .collect(),
+            ),
             ports: None,
         }
     }
@@ -218,7 +220,7 @@ mod tests {
     fn content_differences_show() {
         let a = [slice("a", "1", &["10.0.0.1"])];
         let mut b = a.clone();
-        b[0].endpoints[0].node_name = Some("n".into());
+        b[0].endpoints_mut()[0].node_name = Some("n".into());
         assert_ne!(normalize(&a), normalize(&b));
         let mut c = a.clone();
         c[0].metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());

@@ -183,10 +183,10 @@ pub async fn service_account_token(
         accounts.create(&PostParams::default(), &sa).await?;
     }
     let request = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
             ..TokenRequestSpec::default()
-        },
+        }),
         ..TokenRequest::default()
     };
     let issued = accounts
@@ -194,6 +194,6 @@ pub async fn service_account_token(
         .await?;
     issued
         .status
-        .map(|s| s.token)
+        .and_then(|s| s.token)
         .ok_or_else(|| anyhow::anyhow!("TokenRequest for {namespace}/{name} returned no token"))
 }

@@ -2,7 +2,7 @@
 //! kube-apiserver.
 //!
 //! 1. `bash tests/chart/run.sh`: lint, schema, render every values variant, validate
-//!    with `kubernetes-validate --strict` for Kubernetes 1.33 and 1.36, a bad values
+//!    with `kubernetes-validate --strict` for Kubernetes 1.33 and 1.37, a bad values
 //!    file must fail, and the pytest property checks (needs python3 and PyPI once; the
 //!    venv lives outside the repository).
 //! 2. Every rendered variant passes `kubectl apply --dry-run=server` on the envtest API

@@ -462,6 +462,30 @@ async fn placeholder_and_no_selector() -> anyhow::Result<()> {
     run(s).await
 }
 
+/// Service names may start with a digit (RelaxedServiceNameValidation, GA and
+/// always on in 1.37): slices (`generateName` `0web-`, the service-name label),
+/// Endpoints and a placeholder follow such a name as for any other.
+#[tokio::test]
+async fn service_names_starting_with_a_digit() -> anyhow::Result<()> {
+    let mut s = Scenario::new("digit_names");
+    s.pods = vec![
+        pod("web-1", "web").ip("10.0.0.1").ready().build(),
+        pod("web-2", "web").ip("10.0.0.2").not_ready().build(),
+    ];
+    s.services = vec![
+        svc("0web")
+            .selector("app", "web")
+            .port("http", 80, 8080)
+            .build(),
+        svc("7-empty")
+            .selector("app", "nothing")
+            .port("http", 80, 8080)
+            .build(),
+    ];
+    s.steps = vec![vec![Change::DeletePod("web-1")]];
+    run(s).await
+}
+
 /// Service edits: another selector, another port list, then no selector.
 #[tokio::test]
 async fn service_changes() -> anyhow::Result<()> {

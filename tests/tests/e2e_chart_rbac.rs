@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use svcplane_allocator::Claim;
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::LABEL_MANAGED_BY;
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_tests::binary::{
     SvcplaneProcess, free_port, https_get, lease_holder, sample, svcplane_bin_or_skip,
 };
@@ -689,7 +690,7 @@ async fn the_chart_rbac_is_enough_for_the_shipped_binary() {
     let addresses_of = |slices: &[k8s_openapi::api::discovery::v1::EndpointSlice]| {
         let mut a: Vec<String> = slices
             .iter()
-            .flat_map(|s| s.endpoints.iter().flat_map(|e| e.addresses.clone()))
+            .flat_map(|s| s.endpoints().iter().flat_map(|e| e.addresses.clone()))
             .collect();
         a.sort();
         a

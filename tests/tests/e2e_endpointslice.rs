@@ -16,6 +16,7 @@ use kube::api::DeleteParams;
 use std::time::{Duration, Instant};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
 use svcplane_tests::binary::{SharedRun, WriteCounts, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
@@ -28,7 +29,7 @@ type EndpointView = BTreeMap<String, (bool, bool, bool, String, String, String)>
 
 fn view(slice: &EndpointSlice) -> EndpointView {
     slice
-        .endpoints
+        .endpoints()
         .iter()
         .map(|e| {
             let c = e.conditions.clone().unwrap_or_default();
@@ -307,7 +308,7 @@ async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
     let stored = list_slices(&client, &ns, "big").await?;
     let mut sizes: Vec<(String, usize)> = stored
         .iter()
-        .map(|s| (s.address_type.clone(), s.endpoints.len()))
+        .map(|s| (s.address_type.clone(), s.endpoints().len()))
         .collect();
     sizes.sort();
     assert_eq!(
@@ -319,6 +320,92 @@ async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
             ("IPv6".to_owned(), 100)
         ]
     );
+    envtest::delete_namespace(&client, &ns).await;
+    Ok(())
+}
+
+/// A Service deleted and created again at once under the same name, its Pods
+/// untouched (ES-2.14; upstream's bug kubernetes#141593, fixed in 1.38 only): every
+/// slice it ends with is owned by the new Service, so the garbage collector, which
+/// deletes slices owned by the old uid, leaves it its endpoints. Both the Service
+/// with endpoints and one with none (a placeholder) are recreated. The deleted
+/// Services' Endpoints go too: since 1.37 kube-apiserver leaves them, and
+/// svcplane's Endpoints controller deletes them (EP-4.1).
+#[tokio::test]
+async fn a_service_recreated_at_once_gets_slices_owned_by_the_new_service() -> anyhow::Result<()> {
+    let _one = SERIAL.lock().await;
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
+        return Ok(());
+    };
+    let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
+        return Ok(());
+    };
+    let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
+    let client = cluster.client().await?;
+    let ns = envtest::create_namespace(&client, "svcplane-e2e-recreate-").await?;
+    create_node(&client, &ns, &node("node-a", Some("zone-a"))).await?;
+    create_pods(
+        &client,
+        &ns,
+        &[
+            pod("web-1", "web").ip("10.0.0.1").ready().build(),
+            pod("web-2", "web").ip("10.0.0.2").ready().build(),
+        ],
+    )
+    .await?;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+    let owned_by = |slices: &[EndpointSlice], uid: &str| {
+        !slices.is_empty()
+            && slices.iter().all(|s| {
+                s.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .all(|o| o.uid == uid)
+            })
+    };
+    for (name, selector, want) in [("web", "web", 2usize), ("empty", "nothing", 0)] {
+        let spec = svc(name)
+            .selector("app", selector)
+            .port("http", 80, 8080)
+            .build();
+        let first = create_service(&client, &ns, &spec).await?;
+        let first_uid = first.metadata.uid.clone().unwrap_or_default();
+        let before = run.writes();
+        settled(run, before, || async {
+            Ok(
+                owned_by(&list_slices(&client, &ns, name).await?, &first_uid)
+                    && get_endpoints(&client, &ns, name).await?.is_some(),
+            )
+        })
+        .await?;
+
+        // Deleted: the Endpoints object goes with it, deleted by svcplane.
+        services.delete(name, &DeleteParams::default()).await?;
+        let before = run.writes();
+        settled(run, before, || async {
+            Ok(get_endpoints(&client, &ns, name).await?.is_none())
+        })
+        .await?;
+
+        // Recreated at once, before anything removes the old slices.
+        let second = create_service(&client, &ns, &spec).await?;
+        let second_uid = second.metadata.uid.clone().unwrap_or_default();
+        assert_ne!(first_uid, second_uid);
+        let before = run.writes();
+        settled(run, before, || async {
+            Ok(owned_by(
+                &list_slices(&client, &ns, name).await?,
+                &second_uid,
+            ))
+        })
+        .await?;
+        let slices = list_slices(&client, &ns, name).await?;
+        let endpoints: usize = slices.iter().map(|s| s.endpoints().len()).sum();
+        assert_eq!(endpoints, want, "{name}: {slices:#?}");
+        assert_eq!(slices.len(), 1, "{name}: one slice (or the placeholder)");
+        assert!(get_endpoints(&client, &ns, name).await?.is_some());
+    }
     envtest::delete_namespace(&client, &ns).await;
     Ok(())
 }

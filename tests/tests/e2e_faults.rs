@@ -57,6 +57,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
 use svcplane_controller::core::fixtures::{node, pod, svc};
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_controller::plan::snapshot::Snapshot;
 use svcplane_tests::binary::{SvcplaneProcess, free_port, http_get, lease_holder};
 use svcplane_tests::envtest;
@@ -500,7 +501,7 @@ async fn tamper(client: &Client, ns: &str) -> anyhow::Result<u64> {
     slices.sort_by_key(ResourceExt::name_any);
     let mut writes = 0;
     for mut s in slices.iter().take(4).cloned() {
-        for e in &mut s.endpoints {
+        for e in s.endpoints_mut() {
             e.conditions.get_or_insert_default().ready = Some(false);
         }
         s.metadata.managed_fields = None;

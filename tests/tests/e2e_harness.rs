@@ -1,7 +1,9 @@
 //! Checks of the harness itself that later suites rely on: admission
 //! webhooks are called (the webhook suite registers svcplane's webhook this
 //! way), the service range is dual-stack, and the hardened admission plugins
-//! (OwnerReferencesPermissionEnforcement) are on.
+//! (OwnerReferencesPermissionEnforcement) are on; and checks of svcplane against
+//! the API server's own answers: its refusals are worded as kube-apiserver words
+//! them, and its API types keep every field the server's schema has.
 
 use std::time::{Duration, Instant};
 
@@ -205,7 +207,7 @@ async fn owner_references_permission_enforcement_is_on() -> anyhow::Result<()> {
             &RoleBinding {
                 metadata: meta("slice-writer"),
                 role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
                     kind: "Role".into(),
                     name: "slice-writer".into(),
                 },
@@ -238,7 +240,7 @@ async fn owner_references_permission_enforcement_is_on() -> anyhow::Result<()> {
                 ..Default::default()
             },
             address_type: "IPv4".into(),
-            endpoints: vec![],
+            endpoints: Some(vec![]),
             ports: None,
         })
     };
@@ -322,6 +324,15 @@ async fn refusals_are_worded_as_kube_apiserver_words_them() -> anyhow::Result<()
             "port",
             serde_json::json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 40000}]}),
         ),
+        // WH-8.8: strict IP forms (StrictIPCIDRValidation).
+        (
+            "leading-zeros",
+            serde_json::json!({"clusterIP": "10.96.0.010", "ports": [{"port": 80}]}),
+        ),
+        (
+            "ipv4-mapped",
+            serde_json::json!({"clusterIP": "::ffff:10.96.0.10", "ports": [{"port": 80}]}),
+        ),
     ];
     for (name, spec) in cases {
         let mut real_refusal = String::new();
@@ -369,5 +380,91 @@ async fn refusals_are_worded_as_kube_apiserver_words_them() -> anyhow::Result<()
         }
     }
     envtest::delete_namespace(&services.into_client(), &ns).await;
+    Ok(())
+}
+
+/// Writes are whole typed objects (k8s-openapi, the baseline release's feature), so
+/// a field the API server stores but the types lack would be dropped by every
+/// read-modify-write. For each kind svcplane writes or reads back to write, an object
+/// with every field of the server's own OpenAPI schema set goes through the type
+/// and back; nothing may be lost. A newer API server that adds a field fails here,
+/// naming it, until the types follow.
+#[tokio::test]
+async fn every_field_the_api_server_stores_survives_svcplanes_types() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
+    use svcplane_tests::openapi_sample::{lost_fields, sample};
+
+    fn round_trip<K>(doc: &serde_json::Value, schema: &str) -> anyhow::Result<Vec<String>>
+    where
+        K: k8s_openapi::Resource + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let mut sent = sample(doc, schema)
+            .ok_or_else(|| anyhow::anyhow!("the API server has no schema {schema}"))?;
+        sent["apiVersion"] = K::API_VERSION.into();
+        sent["kind"] = K::KIND.into();
+        let typed: K = serde_json::from_value(sent.clone())
+            .map_err(|e| anyhow::anyhow!("{schema}: the sample does not decode: {e}"))?;
+        let back = serde_json::to_value(&typed)?;
+        Ok(lost_fields(&sent, &back)
+            .into_iter()
+            .map(|f| format!("{}: {f}", K::KIND))
+            .collect())
+    }
+
+    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_harness") else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    let mut docs = std::collections::BTreeMap::new();
+    for gv in [
+        "api/v1",
+        "apis/discovery.k8s.io/v1",
+        "apis/networking.k8s.io/v1",
+        "apis/coordination.k8s.io/v1",
+        "apis/events.k8s.io/v1",
+    ] {
+        let text = client
+            .request_text(http::Request::get(format!("/openapi/v3/{gv}")).body(Vec::new())?)
+            .await?;
+        docs.insert(gv, serde_json::from_str::<serde_json::Value>(&text)?);
+    }
+    let mut lost = Vec::new();
+    lost.extend(round_trip::<EndpointSlice>(
+        &docs["apis/discovery.k8s.io/v1"],
+        "io.k8s.api.discovery.v1.EndpointSlice",
+    )?);
+    lost.extend(round_trip::<Endpoints>(
+        &docs["api/v1"],
+        "io.k8s.api.core.v1.Endpoints",
+    )?);
+    lost.extend(round_trip::<Service>(
+        &docs["api/v1"],
+        "io.k8s.api.core.v1.Service",
+    )?);
+    lost.extend(round_trip::<ServiceCIDR>(
+        &docs["apis/networking.k8s.io/v1"],
+        "io.k8s.api.networking.v1.ServiceCIDR",
+    )?);
+    lost.extend(round_trip::<IPAddress>(
+        &docs["apis/networking.k8s.io/v1"],
+        "io.k8s.api.networking.v1.IPAddress",
+    )?);
+    lost.extend(round_trip::<Lease>(
+        &docs["apis/coordination.k8s.io/v1"],
+        "io.k8s.api.coordination.v1.Lease",
+    )?);
+    lost.extend(round_trip::<Event>(
+        &docs["apis/events.k8s.io/v1"],
+        "io.k8s.api.events.v1.Event",
+    )?);
+    assert!(
+        lost.is_empty(),
+        "fields the API server stores that svcplane's types drop:\n{}",
+        lost.join("\n")
+    );
     Ok(())
 }

@@ -287,7 +287,7 @@ fn a_node_runs_pods_and_serves_services_by_name_and_cluster_ip() {
             "jsonpath={.data.k8s}",
         ]),
     );
-    assert_eq!(k8s, "v1.36.3");
+    assert_eq!(k8s, svcplane_tests::envtest::build::KUBERNETES_VERSION);
 
     // The controller manager restarts alone, with and without its endpoint
     // controllers, and the Service keeps working.

@@ -17,6 +17,9 @@
 //!    Pod made unready is never answered from;
 //! 4. the leader Pod deleted: a new leader, and `web` never without endpoints;
 //! 5. `helm upgrade`, `helm rollback` (its check hook runs), `helm test` (no Pod left);
+//!    then slices only (KEP-4974: the Endpoints and mirroring controllers off, their
+//!    RBAC gone): nothing writes Endpoints, kube-proxy and CoreDNS (a headless
+//!    Service) work from slices, and the Endpoints come back with their controller;
 //! 6. the emergency switch and its restore: the re-created configurations carry the
 //!    CA at once (no x509 window);
 //! 7. `helm uninstall`: no webhook configuration left, `web` keeps its endpoints; a
@@ -41,6 +44,8 @@ use kube::Api;
 use kube::api::ListParams;
 use svcplane_tests::node_cluster::{BUSYBOX, NodeCluster};
 use svcplane_tests::skip::{self, Skip};
+
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
 const NS: &str = "kube-system";
 const APP_NS: &str = "shop";
@@ -273,6 +278,21 @@ spec:
     )
 }
 
+/// A headless Service over `web`'s Pods: CoreDNS answers its name with the Pods'
+/// addresses, which it reads from EndpointSlices.
+fn headless_yaml() -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: web-pods, namespace: {APP_NS}}}
+spec:
+  clusterIP: None
+  selector: {{app: web}}
+  ports: [{{port: 8080, targetPort: http}}]
+"#
+    )
+}
+
 /// The client's log lines so far.
 fn client_log(c: &NodeCluster) -> Vec<String> {
     kubectl(c, &["-n", APP_NS, "logs", "client"])
@@ -302,7 +322,7 @@ async fn ready_addresses(slices: &Api<EndpointSlice>) -> Vec<String> {
     let mut out: Vec<String> = list
         .items
         .iter()
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|s| s.endpoints().iter())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
         .flat_map(|e| e.addresses.iter().cloned())
         .collect();
@@ -805,6 +825,126 @@ async fn the_operators_path_on_a_real_kubelet() {
         !left.status.success(),
         "a passed helm test leaves its Pod: {}",
         text(&left)
+    );
+
+    // 5b. Slices only, as upstream's KEP-4974 CI job runs the control plane: the
+    // Endpoints and mirroring controllers off (KCM's are off since step 3), so
+    // nothing writes Endpoints, and the data plane works from slices alone:
+    // kube-proxy for the ClusterIP, CoreDNS for a headless Service's Pod records.
+    let mut slices_only = install_args(&[
+        "--reuse-values",
+        "--set",
+        "controllers={endpointslice,allocator-repair}",
+    ]);
+    slices_only[0] = "upgrade".into();
+    helm_ok(&c, "helm upgrade (slices only)", &slices_only);
+    let role = kubectl(&c, &["get", "clusterrole", "svcplane", "-o", "yaml"]);
+    assert!(
+        !role.contains("- endpoints\n"),
+        "the slices-only release is still granted Endpoints:\n{role}"
+    );
+    kubectl(
+        &c,
+        &[
+            "-n",
+            NS,
+            "rollout",
+            "status",
+            "deployment/svcplane",
+            "--timeout=120s",
+        ],
+    );
+    new_leader(&leases, None, Duration::from_secs(30)).await;
+    apply(&c, &headless_yaml());
+    // Every Endpoints object the Endpoints controller wrote before goes; none may
+    // come back while it is off.
+    kubectl(&c, &["-n", APP_NS, "delete", "endpoints", "--all"]);
+    kubectl(
+        &c,
+        &["-n", APP_NS, "scale", "deployment/web", "--replicas=4"],
+    );
+    kubectl(
+        &c,
+        &[
+            "-n",
+            APP_NS,
+            "rollout",
+            "status",
+            "deployment/web",
+            "--timeout=120s",
+        ],
+    );
+    let (_, followed) = until(
+        Duration::from_secs(30),
+        "slices follow the scale-up",
+        || async {
+            let want = ready_pod_ips(&c);
+            (want.len() == 4 && ready_addresses(&slices).await == want).then_some(())
+        },
+    )
+    .await;
+    let (_, resolved) = until(
+        Duration::from_secs(30),
+        "CoreDNS answers the headless Service with every ready Pod",
+        || async {
+            let answer = text(&c.kubectl(&[
+                "-n",
+                APP_NS,
+                "exec",
+                "client",
+                "--",
+                "nslookup",
+                &format!("web-pods.{APP_NS}.svc.cluster.local"),
+            ]));
+            ready_pod_ips(&c)
+                .iter()
+                .all(|ip| answer.contains(ip.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = kubectl(&c, &["-n", APP_NS, "get", "endpoints", "-o", "name"]);
+    assert!(
+        left.trim().is_empty(),
+        "something wrote Endpoints with their controllers off: {left}"
+    );
+    println!(
+        "slices only: scale 2->4 in slices {:.1}s after rollout, headless DNS {:.1}s, no Endpoints written",
+        followed.as_secs_f64(),
+        resolved.as_secs_f64()
+    );
+    let mut all_back = install_args(&[
+        "--reuse-values",
+        "--set",
+        "controllers={endpointslice,endpoints,endpointslicemirroring,allocator-repair}",
+    ]);
+    all_back[0] = "upgrade".into();
+    helm_ok(&c, "helm upgrade (all controllers)", &all_back);
+    until(
+        Duration::from_secs(60),
+        "Endpoints written again",
+        || async {
+            let ips = kubectl(
+                &c,
+                &[
+                    "-n",
+                    APP_NS,
+                    "get",
+                    "endpoints",
+                    "web",
+                    "-o",
+                    "jsonpath={.subsets[*].addresses[*].ip}",
+                ],
+            );
+            (ips.split_whitespace().count() == 4).then_some(())
+        },
+    )
+    .await;
+    kubectl(&c, &["-n", APP_NS, "delete", "service", "web-pods"]);
+    kubectl(
+        &c,
+        &["-n", APP_NS, "scale", "deployment/web", "--replicas=3"],
     );
 
     // 6. Emergency switch, then restore: the CA is there at once.

@@ -18,6 +18,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_tests::binary::{SvcplaneProcess, free_port, lease_holder, svcplane_bin_or_skip};
 use svcplane_tests::envtest::{self, Flavor};
 use svcplane_tests::objects::{create_node, create_pods, create_service};
@@ -38,7 +39,7 @@ async fn slices(client: &Client, ns: &str, name: &str) -> Vec<EndpointSlice> {
 fn ready_count(slices: &[EndpointSlice]) -> usize {
     slices
         .iter()
-        .flat_map(|s| &s.endpoints)
+        .flat_map(|s| s.endpoints())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
         .count()
 }
@@ -145,7 +146,7 @@ async fn run_in_process_keeps_slices_and_endpoints_in_step_with_pod_status() {
             slices(&client, &ns, "web")
                 .await
                 .iter()
-                .flat_map(|s| &s.endpoints)
+                .flat_map(|s| s.endpoints())
                 .any(|e| e.conditions.as_ref().and_then(|c| c.terminating) == Some(true))
         },
     )
@@ -538,7 +539,7 @@ async fn a_burst_of_pods_turning_ready_is_written_in_a_few_writes() {
             slices(&client, &ns, "web")
                 .await
                 .iter()
-                .map(|s| s.endpoints.len())
+                .map(|s| s.endpoints().len())
                 .sum::<usize>()
                 == PODS
         },

@@ -14,6 +14,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, PostParams};
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_tests::fake_api::{FakeApi, Fault, Verb};
 use svcplane_tests::run_env::{Instance, assert_converged_default, options, settle};
 
@@ -84,7 +85,10 @@ async fn service_and_pods_become_slices_and_endpoints_with_the_floor_of_writes()
     assert_converged_default(&fake);
     let slices = slices_of(&fake, "web");
     assert_eq!(slices.len(), 2, "150 endpoints at 100 per slice");
-    assert_eq!(slices.iter().map(|s| s.endpoints.len()).sum::<usize>(), 150);
+    assert_eq!(
+        slices.iter().map(|s| s.endpoints().len()).sum::<usize>(),
+        150
+    );
     assert_eq!(ready_addresses(&endpoints_of(&fake, "web").unwrap()), 150);
     // The write floor: one create per slice and one for the Endpoints, nothing else.
     assert_eq!(endpoint_writes(&fake), (2, 0, 0, 1));
@@ -121,7 +125,7 @@ async fn a_readiness_flip_is_one_slice_update_and_one_endpoints_update() {
     let e = endpoints_of(&fake, "web").unwrap();
     assert_eq!(ready_addresses(&e), 2);
     let ep = slices_of(&fake, "web")[0]
-        .endpoints
+        .endpoints()
         .iter()
         .find(|e| e.addresses == ["10.0.0.2"])
         .cloned()
@@ -149,7 +153,7 @@ async fn terminating_pods_are_serving_terminating_endpoints() {
     assert_converged_default(&fake);
     let slice = &slices_of(&fake, "web")[0];
     let c = slice
-        .endpoints
+        .endpoints()
         .iter()
         .find(|e| e.addresses == ["10.0.0.1"])
         .and_then(|e| e.conditions.clone())
@@ -174,7 +178,7 @@ async fn a_node_zone_change_moves_its_endpoints_zone() {
     settle(&fake, &[&run], LIMIT).await;
     assert_converged_default(&fake);
     let zones: Vec<Option<String>> = slices_of(&fake, "web")[0]
-        .endpoints
+        .endpoints()
         .iter()
         .filter(|e| e.node_name.as_deref() == Some("node-a"))
         .map(|e| e.zone.clone())
@@ -339,7 +343,7 @@ async fn objects_deleted_while_the_watches_were_down_are_deleted_by_the_relist()
     settle(&fake, &[&run], LIMIT).await;
     assert_converged_default(&fake);
     let web = slices_of(&fake, "web");
-    assert_eq!(web[0].endpoints.len(), 2, "web-1 left the slice");
+    assert_eq!(web[0].endpoints().len(), 2, "web-1 left the slice");
     assert_eq!(slices_of(&fake, "other").len(), 1, "the lost slice is back");
     run.stop().await.unwrap();
 }
@@ -355,7 +359,7 @@ async fn invalid_selector_and_malformed_pod_ip_get_events_and_the_rest_works() {
     let run = Instance::start(fake.client(), options());
     settle(&fake, &[&run], LIMIT).await;
     assert_eq!(
-        slices_of(&fake, "web")[0].endpoints.len(),
+        slices_of(&fake, "web")[0].endpoints().len(),
         2,
         "the bad IP is left out"
     );
@@ -409,7 +413,7 @@ async fn selectorless_service_endpoints_are_mirrored() {
     assert_converged_default(&fake);
     let slices = slices_of(&fake, "ext");
     assert_eq!(slices.len(), 1);
-    assert_eq!(slices[0].endpoints.len(), 2);
+    assert_eq!(slices[0].endpoints().len(), 2);
     // Deleting the Endpoints removes the mirrored slice.
     fake.delete("v1/endpoints", Some("default"), "ext").unwrap();
     settle(&fake, &[&run], LIMIT).await;
@@ -428,7 +432,7 @@ async fn writes_go_through_the_api_with_preconditions() {
     let client = fake.client();
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
     let mut s = slices_of(&fake, "web").remove(0);
-    s.endpoints.truncate(1);
+    s.endpoints_mut().truncate(1);
     api.replace(
         s.metadata.name.as_deref().unwrap(),
         &PostParams::default(),
@@ -438,7 +442,7 @@ async fn writes_go_through_the_api_with_preconditions() {
     .unwrap();
     settle(&fake, &[&run], LIMIT).await;
     assert_converged_default(&fake);
-    assert_eq!(slices_of(&fake, "web")[0].endpoints.len(), 3, "repaired");
+    assert_eq!(slices_of(&fake, "web")[0].endpoints().len(), 3, "repaired");
     // And a Pod deleted through the API disappears from both objects.
     Api::<Pod>::namespaced(client.clone(), "default")
         .delete("web-0", &DeleteParams::default())

@@ -17,5 +17,6 @@ pub mod nodes;
 pub mod pod;
 pub mod selector;
 pub mod servicecidr;
+pub mod slice_endpoints;
 pub mod topology;
 pub mod trigger_time;

@@ -19,6 +19,7 @@ use serde::Serialize;
 use super::slices::FinalSlice;
 use crate::core::endpointslice::hints::{HintsPolicy, PassSlices};
 use crate::core::event::PlannedEvent;
+use crate::core::slice_endpoints::SliceEndpoints;
 use crate::core::topology::allocation::{self, Failure, endpoint_ready};
 use crate::core::topology::cache::{self, ZoneCounts};
 use crate::core::topology::nodes::{self, NodeAccounting, ZoneRatios};
@@ -248,7 +249,7 @@ pub fn explain_hints(
                 .stored
                 .iter()
                 .filter(|s| s.address_type == address_type)
-                .flat_map(|s| s.endpoints.iter())
+                .flat_map(|s| s.endpoints().iter())
         };
         let after = || {
             inputs

@@ -14,6 +14,7 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use serde::Serialize;
 
 use crate::core::endpointslice::{SlicePlan, is_managed_slice_of};
+use crate::core::slice_endpoints::SliceEndpoints;
 use crate::core::topology::allocation::endpoint_ready;
 
 use super::verdict::port_label;
@@ -43,7 +44,7 @@ impl FinalSlice {
                 .flatten()
                 .map(|p| port_label(p.name.as_deref(), p.port, p.protocol.as_deref()))
                 .collect(),
-            endpoints: slice.endpoints.clone(),
+            endpoints: slice.endpoints().to_vec(),
         }
     }
 
@@ -160,7 +161,7 @@ fn plural(n: usize, what: &str) -> String {
 /// What an update changes, in words.
 fn changes(before: &EndpointSlice, after: &EndpointSlice) -> Vec<String> {
     let ids = |s: &EndpointSlice| -> BTreeSet<(Option<String>, Vec<String>)> {
-        s.endpoints
+        s.endpoints()
             .iter()
             .map(|e| {
                 let (n, a) = endpoint_id(e);
@@ -188,9 +189,9 @@ fn changes(before: &EndpointSlice, after: &EndpointSlice) -> Vec<String> {
     };
     let mut changed = 0;
     let mut rehinted = 0;
-    for a in &after.endpoints {
+    for a in after.endpoints() {
         let Some(b) = before
-            .endpoints
+            .endpoints()
             .iter()
             .find(|b| endpoint_id(b) == endpoint_id(a))
         else {
@@ -228,9 +229,9 @@ fn row(slice: &EndpointSlice, write: Write, changes: Vec<String>) -> SliceRow {
         new_slice: None,
         address_type: f.address_type,
         ports: f.ports,
-        endpoints: slice.endpoints.len(),
-        ready: ready_count(&slice.endpoints),
-        hinted: hinted_count(&slice.endpoints),
+        endpoints: slice.endpoints().len(),
+        ready: ready_count(slice.endpoints()),
+        hinted: hinted_count(slice.endpoints()),
         write,
         changes,
     }

@@ -23,6 +23,7 @@ use crate::core::endpoints::{self as eps, EndpointsWrite};
 use crate::core::endpointslice::{self, Inputs, Outcome as SliceOutcome};
 use crate::core::fixtures::{apply_plan, ipv4_nth, node, pod, svc};
 use crate::core::keys::{ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MODE};
+use crate::core::slice_endpoints::SliceEndpoints;
 use crate::core::topology::TopologyPolicy;
 use crate::core::topology::fixtures::{cpu_node, with_ready};
 use crate::plan::snapshot::{Key, Snapshot};
@@ -559,7 +560,7 @@ fn mixed() -> Snapshot {
 fn slice_targets(slices: &[Arc<EndpointSlice>]) -> Vec<String> {
     let mut out: Vec<String> = slices
         .iter()
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|s| s.endpoints().iter())
         .filter_map(|e| e.target_ref.as_ref()?.name.clone())
         .collect();
     out.sort();
@@ -1006,14 +1007,14 @@ fn ip_held_by_a_service_is_refused_with_upstreams_message() {
     let mut w = world(vec![web().cluster_ip("10.96.0.10").build()]);
     let mut address = IPAddress::default();
     address.metadata.name = Some("10.96.0.10".into());
-    address.spec = Some(IPAddressSpec {
+    address.spec = IPAddressSpec {
         parent_ref: ParentReference {
             group: Some(String::new()),
             resource: "services".into(),
             namespace: Some("default".into()),
             name: "web".into(),
         },
-    });
+    };
     w.ip_addresses.insert("10.96.0.10".into(), address);
     let r = explain_ip(&w, &config(), "10.96.0.10".parse().expect("ip")).expect("ranges");
     let holders: Vec<(&str, &str)> = r

@@ -22,7 +22,7 @@ pub async fn connect(kubeconfig: Option<&Path>, user: &str) -> anyhow::Result<Cl
 }
 
 /// The User-Agent of one client user, in kube-controller-manager's shape
-/// (`kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/<commit>/endpointslice-controller`):
+/// (`kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/<commit>/endpointslice-controller`):
 /// `svcplane/v0.1.0 (linux/amd64) svcplane/<commit>/endpointslice-controller`, so an
 /// audit log or the API server's request metrics tell the controllers apart.
 pub fn user_agent(user: &str) -> String {

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::cli::OutputFormat;
 use crate::core::event::EventType;
+use crate::core::slice_endpoints::SliceEndpoints;
 
 /// The whole output.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -257,7 +258,7 @@ impl Object {
         match self {
             Object::EndpointSlice(s) => {
                 let ready = s
-                    .endpoints
+                    .endpoints()
                     .iter()
                     .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
                     .count();
@@ -281,7 +282,7 @@ impl Object {
                 format!(
                     "{}, {} ({ready} ready), {}",
                     s.address_type,
-                    plural(s.endpoints.len(), "endpoint"),
+                    plural(s.endpoints().len(), "endpoint"),
                     if ports.is_empty() {
                         "no ports".to_owned()
                     } else {

@@ -240,7 +240,7 @@ impl Delegated {
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.clone()),
+                token: token.clone(),
                 audiences: None,
             },
             ..TokenReview::default()

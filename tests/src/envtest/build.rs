@@ -43,7 +43,7 @@ use super::ENV_BIN;
 /// The Kubernetes version `tests/envtest/go.mod` requires, which the harness's
 /// components report (`/version`): helm refuses charts whose `kubeVersion` an
 /// unversioned build (`v0.0.0-master`) does not satisfy.
-pub const KUBERNETES_VERSION: &str = "v1.36.3";
+pub const KUBERNETES_VERSION: &str = "v1.37.2";
 
 /// The harness's build command's arguments after `go`, part of the stamp.
 pub const GO_BUILD: &[&str] = &[
@@ -52,9 +52,9 @@ pub const GO_BUILD: &[&str] = &[
     "-trimpath",
     "-buildvcs=false",
     "-ldflags=-s -w \
-     -X k8s.io/component-base/version.gitVersion=v1.36.3 \
+     -X k8s.io/component-base/version.gitVersion=v1.37.2 \
      -X k8s.io/component-base/version.gitMajor=1 \
-     -X k8s.io/component-base/version.gitMinor=36 \
+     -X k8s.io/component-base/version.gitMinor=37 \
      -X k8s.io/component-base/version.gitTreeState=clean",
 ];
 
@@ -600,7 +600,7 @@ mod tests {
             .iter()
             .find(|a| a.starts_with("-ldflags="))
             .copied();
-        let (major, minor) = ("1", "36");
+        let (major, minor) = ("1", "37");
         for want in [
             format!("version.gitVersion={KUBERNETES_VERSION} "),
             format!("version.gitMajor={major} "),

@@ -23,6 +23,7 @@ use svcplane_controller::cli::Controller;
 use svcplane_controller::core::endpoints::MAX_CAPACITY;
 use svcplane_controller::core::endpointslice::CONTROLLER_NAME;
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_controller::plan::output::Action;
 use svcplane_controller::plan::snapshot::{Key, Snapshot};
 use svcplane_controller::plan::{PlanOptions, plan};
@@ -145,14 +146,14 @@ pub fn check(snap: &Snapshot, max_per_slice: usize, limit: usize) -> Vec<String>
             continue;
         }
         let name = s.metadata.name.clone().unwrap_or_default();
-        if s.endpoints.len() > max_per_slice {
+        if s.endpoints().len() > max_per_slice {
             problems.push(format!(
                 "slice {name} holds {} endpoints (max {max_per_slice})",
-                s.endpoints.len()
+                s.endpoints().len()
             ));
         }
         let ports = serde_json::to_string(&s.ports).unwrap_or_default();
-        for e in &s.endpoints {
+        for e in s.endpoints() {
             let id = (
                 s.metadata.namespace.clone().unwrap_or_default(),
                 labels.get(LABEL_SERVICE_NAME).cloned().unwrap_or_default(),

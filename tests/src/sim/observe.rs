@@ -28,6 +28,8 @@ use kube::{Api, Client};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
+
 /// `(namespace, name)` of a Pod or slice.
 pub type ObjKey = (String, String);
 
@@ -74,7 +76,7 @@ pub struct Tracker {
 fn members(slice: &EndpointSlice) -> Vec<(ObjKey, bool)> {
     let ns = slice.metadata.namespace.clone().unwrap_or_default();
     slice
-        .endpoints
+        .endpoints()
         .iter()
         .filter_map(|e| {
             let r = e.target_ref.as_ref()?;
@@ -280,23 +282,24 @@ mod tests {
         let mut s = EndpointSlice::default();
         s.metadata.namespace = Some("ns".into());
         s.metadata.name = Some(name.into());
-        s.endpoints = pods
-            .iter()
-            .map(|(p, ready)| Endpoint {
-                addresses: vec!["10.0.0.1".into()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(*ready),
-                    ..EndpointConditions::default()
-                }),
-                target_ref: Some(ObjectReference {
-                    kind: Some("Pod".into()),
-                    namespace: Some("ns".into()),
-                    name: Some((*p).into()),
-                    ..ObjectReference::default()
-                }),
-                ..Endpoint::default()
-            })
-            .collect();
+        s.endpoints = Some(
+            pods.iter()
+                .map(|(p, ready)| Endpoint {
+                    addresses: vec!["10.0.0.1".into()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(*ready),
+                        ..EndpointConditions::default()
+                    }),
+                    target_ref: Some(ObjectReference {
+                        kind: Some("Pod".into()),
+                        namespace: Some("ns".into()),
+                        name: Some((*p).into()),
+                        ..ObjectReference::default()
+                    }),
+                    ..Endpoint::default()
+                })
+                .collect(),
+        );
         s
     }
 

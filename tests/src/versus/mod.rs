@@ -1,5 +1,5 @@
 //! The side-by-side benchmark behind the `versus` binary (issue 21): the same seeded
-//! workload once under upstream kube-controller-manager 1.36 and once under
+//! workload once under upstream kube-controller-manager (the harness's release) and once under
 //! `svcplane run`, each against a fresh real kube-apiserver from the envtest harness,
 //! measured the same way from outside both.
 //!

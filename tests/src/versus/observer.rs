@@ -197,22 +197,23 @@ pub fn endpoints_as_slice(ep: &Endpoints) -> EndpointSlice {
     let mut slice = EndpointSlice::default();
     slice.metadata.namespace = ep.metadata.namespace.clone();
     slice.metadata.name = ep.metadata.name.clone();
-    slice.endpoints = pods
-        .into_iter()
-        .map(|((namespace, name), ready)| Endpoint {
-            conditions: Some(EndpointConditions {
-                ready: Some(ready),
-                ..EndpointConditions::default()
-            }),
-            target_ref: Some(ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: Some(namespace),
-                name: Some(name),
-                ..ObjectReference::default()
-            }),
-            ..Endpoint::default()
-        })
-        .collect();
+    slice.endpoints = Some(
+        pods.into_iter()
+            .map(|((namespace, name), ready)| Endpoint {
+                conditions: Some(EndpointConditions {
+                    ready: Some(ready),
+                    ..EndpointConditions::default()
+                }),
+                target_ref: Some(ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: Some(namespace),
+                    name: Some(name),
+                    ..ObjectReference::default()
+                }),
+                ..Endpoint::default()
+            })
+            .collect(),
+    );
     slice
 }
 
@@ -509,6 +510,7 @@ async fn watch<K: Watched>(api: Api<K>, mut rv: String, state: Arc<Mutex<State>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 
     fn endpoints(ready: &[&str], not_ready: &[&str]) -> Endpoints {
         let addr = |p: &&str| serde_json::json!({"ip": "10.0.0.1", "targetRef": {"kind": "Pod", "name": p}});
@@ -534,7 +536,7 @@ mod tests {
     fn endpoints_become_one_member_per_pod() {
         let s = endpoints_as_slice(&endpoints(&["a", "b"], &["c"]));
         let members: Vec<(String, bool)> = s
-            .endpoints
+            .endpoints()
             .iter()
             .map(|e| {
                 (

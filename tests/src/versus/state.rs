@@ -25,6 +25,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use svcplane_controller::core::endpoints::MAX_CAPACITY;
 use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
+use svcplane_controller::core::slice_endpoints::SliceEndpoints;
 use svcplane_controller::plan::snapshot::{Key, Snapshot};
 
 fn key_of(meta: &ObjectMeta) -> Key {
@@ -168,7 +169,7 @@ fn check_slices(
                 == Some(&service.name)
     });
     for slice in slices {
-        for e in &slice.endpoints {
+        for e in slice.endpoints() {
             let Some(pod) = e.target_ref.as_ref().and_then(|r| r.name.clone()) else {
                 continue;
             };

@@ -67,13 +67,17 @@ pub fn validate(req: &ServiceRequest, state: &mut AllocationState) -> ValidateDe
 /// `ValidateServiceUpdate` order, restricted to ClusterIP/NodePort fields.
 pub(crate) fn structural_errors(svc: &Service, old: Option<&Service>) -> Vec<FieldError> {
     let mut errs = old.map_or_else(Vec::new, |o| validate_update(svc, o));
-    errs.extend(service_rules(&SvcView::from_service(svc)));
+    let old_view = old.map(SvcView::from_service);
+    errs.extend(service_rules(
+        &SvcView::from_service(svc),
+        old_view.as_ref(),
+    ));
     errs
 }
 
 /// The ClusterIP- and NodePort-related rules of upstream `ValidateService`
-/// (WH-8.2, WH-8.3), in upstream order.
-pub fn service_rules(v: &SvcView) -> Vec<FieldError> {
+/// (WH-8.2, WH-8.3), in upstream order; `old` is the stored Service on an update.
+pub fn service_rules(v: &SvcView, old: Option<&SvcView>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let headless_first = || FieldValue::Str(v.cluster_ips.first().cloned().unwrap_or_default());
     match v.type_.as_str() {
@@ -111,7 +115,7 @@ pub fn service_rules(v: &SvcView) -> Vec<FieldError> {
         _ => {}
     }
 
-    errs.extend(validate_cluster_ips_related_fields(v));
+    errs.extend(validate_cluster_ips_related_fields(v, old));
 
     if v.type_ == TYPE_CLUSTER_IP {
         for (i, p) in v.ports.iter().enumerate() {

@@ -196,7 +196,7 @@ impl HolderSource for IPAddress {
     fn holding(&self) -> Option<ObjectHolding> {
         let key = self.key()?;
         let ip = self.metadata.name.as_deref().and_then(parse_ip_sloppy);
-        let owner = self.spec.as_ref().map(|s| &s.parent_ref).and_then(|p| {
+        let owner = Some(&self.spec.parent_ref).and_then(|p| {
             let core_service =
                 p.group.as_deref().unwrap_or("").is_empty() && p.resource == "services";
             core_service.then(|| ServiceRef::named(p.namespace.as_deref().unwrap_or(""), &p.name))
@@ -257,20 +257,18 @@ mod tests {
     fn an_ip_address_is_owned_by_its_parent_service_only() {
         let mut a = IPAddress::default();
         a.metadata.name = Some("10.0.0.7".into());
-        a.spec = Some(IPAddressSpec {
+        a.spec = IPAddressSpec {
             parent_ref: ParentReference {
                 group: Some(String::new()),
                 resource: "services".into(),
                 namespace: Some("ns".into()),
                 name: "web".into(),
             },
-        });
+        };
         let h = HolderSource::holding(&a).unwrap();
         assert_eq!(h.owner, Some(ServiceRef::named("ns", "web")));
         assert_eq!(h.values, vec![ip("10.0.0.7")]);
-        if let Some(s) = a.spec.as_mut() {
-            s.parent_ref.resource = "gateways".into();
-        }
+        a.spec.parent_ref.resource = "gateways".into();
         assert_eq!(HolderSource::holding(&a).unwrap().owner, None);
     }
 

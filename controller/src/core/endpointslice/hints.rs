@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::core::event::PlannedEvent;
+use crate::core::slice_endpoints::SliceEndpoints;
 
 /// The slices of one address type after placement.
 #[derive(Debug, Default)]
@@ -55,16 +56,16 @@ impl HintsPolicy for NoTopology {
 /// that has a hinted endpoint into updates with its hints removed.
 pub fn remove_hints(pass: &mut PassSlices<'_>) {
     for slice in pass.creates.iter_mut().chain(pass.updates.iter_mut()) {
-        for endpoint in &mut slice.endpoints {
+        for endpoint in slice.endpoints_mut() {
             endpoint.hints = None;
         }
     }
     pass.unchanged.retain(|slice| {
-        if slice.endpoints.iter().all(|e| e.hints.is_none()) {
+        if slice.endpoints().iter().all(|e| e.hints.is_none()) {
             return true;
         }
         let mut copy = (*slice).clone();
-        for endpoint in &mut copy.endpoints {
+        for endpoint in copy.endpoints_mut() {
             endpoint.hints = None;
         }
         pass.updates.push(copy);

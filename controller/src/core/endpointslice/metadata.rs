@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::CONTROLLER_NAME;
 use crate::core::keys::{CLUSTER_IP_NONE, LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
+use crate::core::slice_endpoints::SliceEndpoints;
 
 fn is_reserved(key: &str) -> bool {
     key == LABEL_SERVICE_NAME || key == LABEL_MANAGED_BY || key == LABEL_HEADLESS
@@ -109,15 +110,16 @@ pub fn new_slice(
             ..ObjectMeta::default()
         },
         address_type: address_type.to_owned(),
-        endpoints: Vec::new(),
+        endpoints: Some(Vec::new()),
         ports: Some(ports),
     }
 }
 
 /// Whether an existing slice already is the placeholder the Service needs:
 /// same namespace and label map, no ports, same address type, no endpoints.
-/// Unlike 1.36 (and like upstream after it) the owner UID must match too, so
-/// a placeholder left by a deleted Service of the same name is replaced.
+/// Unlike kube-controller-manager through 1.37 (fixed in 1.38, kubernetes#141593)
+/// the owner UID must match too, so a placeholder left by a deleted Service of
+/// the same name is replaced (ES-2.14).
 pub fn equals_placeholder(
     slice: &EndpointSlice,
     service: &Service,
@@ -129,7 +131,7 @@ pub fn equals_placeholder(
         && slice.metadata.labels.as_ref().unwrap_or(&empty) == labels
         && slice.ports.as_ref().is_none_or(Vec::is_empty)
         && slice.address_type == address_type
-        && slice.endpoints.is_empty()
+        && slice.endpoints().is_empty()
         && owned_by(slice, service)
 }
 

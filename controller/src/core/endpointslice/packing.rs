@@ -15,6 +15,8 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use super::desired::{DesiredEndpoint, EndpointKey, FastMap};
 use super::metadata;
 
+use crate::core::slice_endpoints::SliceEndpoints;
+
 /// An endpoint of a slice being written: copied from the existing slice, or
 /// a desired endpoint by index.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +47,7 @@ impl Working<'_> {
     fn len(&self) -> usize {
         match self.state {
             State::Update => self.members.len(),
-            _ => self.base.endpoints.len(),
+            _ => self.base.endpoints().len(),
         }
     }
 }
@@ -95,7 +97,7 @@ pub(super) fn place<'e>(
     for &slice in existing {
         kept.clear();
         let mut changed = false;
-        for ep in &slice.endpoints {
+        for ep in slice.endpoints() {
             let Some(&pos) = index.get(&EndpointKey::of_existing(ep)) else {
                 continue;
             };
@@ -109,7 +111,7 @@ pub(super) fn place<'e>(
             }
             kept.push(Member::Desired(idx));
         }
-        let removed = slice.endpoints.len() - kept.len();
+        let removed = slice.endpoints().len() - kept.len();
         let w = if changed || removed > 0 {
             out.endpoints_removed += removed;
             if kept.is_empty() {
@@ -131,7 +133,7 @@ pub(super) fn place<'e>(
             Working {
                 base: slice,
                 state: State::Update,
-                members: slice.endpoints.iter().map(Member::Existing).collect(),
+                members: slice.endpoints().iter().map(Member::Existing).collect(),
                 relabel: true,
             }
         } else {
@@ -187,7 +189,7 @@ pub(super) fn place<'e>(
         match target {
             Some(i) => {
                 let w = &mut working[i];
-                w.members = w.base.endpoints.iter().map(Member::Existing).collect();
+                w.members = w.base.endpoints().iter().map(Member::Existing).collect();
                 w.members.extend(remaining.by_ref().map(Member::Desired));
                 w.state = State::Update;
             }
@@ -202,10 +204,12 @@ pub(super) fn place<'e>(
             ctx.address_type,
             ctx.ports.to_vec(),
         );
-        slice.endpoints = members
-            .into_iter()
-            .map(|idx| ctx.desired[idx].to_endpoint())
-            .collect();
+        slice.endpoints = Some(
+            members
+                .into_iter()
+                .map(|idx| ctx.desired[idx].to_endpoint())
+                .collect(),
+        );
         out.creates.push(slice);
     }
     for w in working {
@@ -226,7 +230,7 @@ fn slice_to_fill(working: &[Working<'_>], n: usize, max: usize) -> Option<usize>
         if w.state != State::Unchanged {
             continue;
         }
-        let Some(diff) = max.checked_sub(n + w.base.endpoints.len()) else {
+        let Some(diff) = max.checked_sub(n + w.base.endpoints().len()) else {
             continue;
         };
         if best.is_none_or(|(_, d)| diff < d) {
@@ -248,13 +252,14 @@ fn materialize(w: &Working<'_>, ctx: &GroupContext<'_, '_>) -> EndpointSlice {
         metadata,
         address_type: w.base.address_type.clone(),
         ports: w.base.ports.clone(),
-        endpoints: w
-            .members
-            .iter()
-            .map(|m| match m {
-                Member::Existing(ep) => (*ep).clone(),
-                Member::Desired(idx) => ctx.desired[*idx].to_endpoint(),
-            })
-            .collect(),
+        endpoints: Some(
+            w.members
+                .iter()
+                .map(|m| match m {
+                    Member::Existing(ep) => (*ep).clone(),
+                    Member::Desired(idx) => ctx.desired[*idx].to_endpoint(),
+                })
+                .collect(),
+        ),
     }
 }

@@ -10,6 +10,7 @@ use rstest::rstest;
 use super::{Inputs, Outcome, SkipReason, SlicePlan, SliceWrite, reconcile};
 use crate::core::fixtures::{apply_plan, as_stored, node, nodes, pod, svc};
 use crate::core::keys::{ANNOTATION_TRIGGER_TIME, LABEL_HEADLESS, LABEL_SERVICE_NAME};
+use crate::core::slice_endpoints::SliceEndpoints;
 
 fn cluster_nodes() -> std::collections::BTreeMap<String, Arc<k8s_openapi::api::core::v1::Node>> {
     nodes(&[
@@ -87,7 +88,7 @@ fn slices_of(service: &Service, pods: &[Arc<Pod>], sizes: &[usize]) -> Vec<Arc<E
 }
 
 fn sizes(slices: &[Arc<EndpointSlice>]) -> Vec<usize> {
-    let mut s: Vec<usize> = slices.iter().map(|s| s.endpoints.len()).collect();
+    let mut s: Vec<usize> = slices.iter().map(|s| s.endpoints().len()).collect();
     s.sort_unstable_by(|a, b| b.cmp(a));
     s
 }
@@ -132,8 +133,8 @@ fn rule_2_2_only_selected_pods_of_the_service_namespace_count() {
     let s = svc("web").port("http", 80, 8080).build();
     let pods = crate::core::fixtures::selection_pods();
     let slice = only_slice(&plan(&s, &pods, &[]));
-    assert_eq!(slice.endpoints.len(), 1);
-    assert_eq!(slice.endpoints[0].addresses, vec!["10.0.0.1"]);
+    assert_eq!(slice.endpoints().len(), 1);
+    assert_eq!(slice.endpoints()[0].addresses, vec!["10.0.0.1"]);
 }
 
 #[test]
@@ -188,7 +189,8 @@ fn rule_2_3_dual_stack_gets_one_slice_per_family() {
         .filter_map(|w| match w {
             SliceWrite::Create(s) => Some(format!(
                 "{}:{}",
-                s.address_type, s.endpoints[0].addresses[0]
+                s.address_type,
+                s.endpoints()[0].addresses[0]
             )),
             _ => None,
         })
@@ -238,7 +240,7 @@ fn rule_2_4_ineligible_pods_are_skipped_terminating_ones_kept() {
     ];
     let slice = only_slice(&plan(&s, &pods, &[]));
     let names: Vec<_> = slice
-        .endpoints
+        .endpoints()
         .iter()
         .filter_map(|e| e.target_ref.as_ref()?.name.clone())
         .collect();
@@ -254,7 +256,7 @@ fn rule_2_4_only_pod_ips_are_read() {
     }
     let slice = only_slice(&plan(&s, &[Arc::new(p)], &[]));
     assert!(
-        slice.endpoints.is_empty(),
+        slice.endpoints().is_empty(),
         "podIP alone must not make an endpoint"
     );
 }
@@ -286,7 +288,7 @@ fn rule_2_4_condition_truth_table(
         p = p.terminating();
     }
     let slice = only_slice(&plan(&s, &[p.arc()], &[]));
-    let c = slice.endpoints[0].conditions.clone().unwrap_or_default();
+    let c = slice.endpoints()[0].conditions.clone().unwrap_or_default();
     assert_eq!(
         (c.ready, c.serving, c.terminating),
         (Some(ready), Some(serving), Some(term))
@@ -310,7 +312,7 @@ fn rule_2_4_endpoint_fields() {
             .arc(),
     ];
     let slice = only_slice(&plan(&s, &pods, &[]));
-    let e0 = &slice.endpoints[0];
+    let e0 = &slice.endpoints()[0];
     assert_eq!(e0.addresses, ["10.0.0.1"], "canonical address");
     assert_eq!(e0.hostname.as_deref(), Some("db-0"));
     assert_eq!(e0.node_name.as_deref(), Some("node-b"));
@@ -332,7 +334,8 @@ fn rule_2_4_endpoint_fields() {
     );
     assert_eq!((r.api_version, r.resource_version), (None, None));
     assert_eq!(
-        slice.endpoints[1].hostname, None,
+        slice.endpoints()[1].hostname,
+        None,
         "subdomain must equal the Service name"
     );
     assert!(e0.hints.is_none() && e0.deprecated_topology.is_none());
@@ -346,7 +349,7 @@ fn rule_2_4_pod_on_missing_node_is_withheld_and_the_sync_fails() {
         pod("lost", "web").ip("10.0.0.2").ready().node("gone").arc(),
     ];
     let p = plan(&s, &pods, &[]);
-    assert_eq!(only_slice(&p).endpoints.len(), 1);
+    assert_eq!(only_slice(&p).endpoints().len(), 1);
     assert_eq!(
         p.error.as_deref(),
         Some("skipping Pod lost for Service default/web: Node gone Not Found")
@@ -389,8 +392,8 @@ fn rule_2_4_missing_node_with_publish_not_ready_keeps_pod_without_zone() {
     let p = plan(&s, &pods, &[]);
     assert_eq!(p.error, None);
     let slice = only_slice(&p);
-    assert_eq!(slice.endpoints[0].zone, None);
-    assert_eq!(slice.endpoints[0].node_name.as_deref(), Some("gone"));
+    assert_eq!(slice.endpoints()[0].zone, None);
+    assert_eq!(slice.endpoints()[0].node_name.as_deref(), Some("gone"));
 }
 
 #[test]
@@ -400,7 +403,7 @@ fn rule_2_4_two_pods_with_the_same_ip_are_two_endpoints() {
         pod("a", "web").ip("10.0.0.1").ready().arc(),
         pod("b", "web").ip("10.0.0.1").ready().arc(),
     ];
-    assert_eq!(only_slice(&plan(&s, &pods, &[])).endpoints.len(), 2);
+    assert_eq!(only_slice(&plan(&s, &pods, &[])).endpoints().len(), 2);
 }
 
 // ES-2.5 ports and port-map groups
@@ -429,7 +432,7 @@ fn rule_2_5_named_target_port_resolving_differently_splits_slices() {
     let mut got: Vec<(i32, usize)> = p
         .writes()
         .filter_map(|w| match w {
-            SliceWrite::Create(s) => Some((s.ports.as_ref()?.first()?.port?, s.endpoints.len())),
+            SliceWrite::Create(s) => Some((s.ports.as_ref()?.first()?.port?, s.endpoints().len())),
             _ => None,
         })
         .collect();
@@ -443,7 +446,7 @@ fn rule_2_5_unresolvable_named_port_gives_empty_ports() {
     let pods = vec![pod("a", "web").ip("10.0.0.1").ready().arc()];
     let slice = only_slice(&plan(&s, &pods, &[]));
     assert_eq!(slice.ports, Some(vec![]));
-    assert_eq!(slice.endpoints.len(), 1);
+    assert_eq!(slice.endpoints().len(), 1);
 }
 
 #[test]
@@ -521,8 +524,8 @@ fn rule_2_6_hostname_is_identity_a_change_replaces_the_endpoint() {
     ];
     let p = plan(&s, &after, &stored);
     let slice = only_slice(&p);
-    assert_eq!(slice.endpoints.len(), 1);
-    assert_eq!(slice.endpoints[0].hostname.as_deref(), Some("y"));
+    assert_eq!(slice.endpoints().len(), 1);
+    assert_eq!(slice.endpoints()[0].hostname.as_deref(), Some("y"));
 }
 
 #[test]
@@ -533,7 +536,7 @@ fn rule_2_6_duplicate_endpoint_is_kept_only_in_the_first_slice() {
     let mut dup = (*stored[0]).clone();
     dup.metadata.name = Some("zz-dup".into());
     dup.metadata.uid = Some("uid-dup".into());
-    dup.endpoints.truncate(1);
+    dup.endpoints_mut().truncate(1);
     let p = plan(&s, &pods, &[stored[0].clone(), Arc::new(dup)]);
     assert_eq!(verbs(&p), ["delete"]);
 }
@@ -709,7 +712,7 @@ fn rule_2_7_placeholder_created_for_a_service_without_endpoints() {
     let s = svc("web").port("http", 80, 8080).build();
     let slice = only_slice(&plan(&s, &[], &[]));
     assert_eq!(slice.ports, Some(vec![]));
-    assert!(slice.endpoints.is_empty());
+    assert!(slice.endpoints().is_empty());
     assert_eq!(slice.metadata.generate_name.as_deref(), Some("web-"));
 }
 
@@ -728,7 +731,7 @@ fn rule_2_7_placeholder_is_recycled_when_endpoints_appear() {
     assert_eq!(verbs(&p), ["update"]);
     let slice = only_slice(&p);
     assert_eq!(slice.metadata.name, stored[0].metadata.name);
-    assert_eq!(slice.endpoints.len(), 2);
+    assert_eq!(slice.endpoints().len(), 2);
 }
 
 #[test]
@@ -738,7 +741,7 @@ fn rule_2_7_last_endpoint_gone_turns_slice_into_placeholder() {
     let p = plan(&s, &[], &stored);
     // Delete + placeholder create are recycled into one update.
     assert_eq!(verbs(&p), ["update"]);
-    assert!(only_slice(&p).endpoints.is_empty());
+    assert!(only_slice(&p).endpoints().is_empty());
 }
 
 #[test]
@@ -831,7 +834,7 @@ fn rule_2_11_hints_are_removed_from_unchanged_slices_when_hints_are_off() {
     let s = svc("web").port("http", 80, 8080).build();
     let pods = ready_pods("web", 2);
     let mut stored = (*converge(&s, &pods, 100)[0]).clone();
-    stored.endpoints[0].hints = Some(EndpointHints {
+    stored.endpoints_mut()[0].hints = Some(EndpointHints {
         for_zones: Some(vec![ForZone {
             name: "zone-a".into(),
         }]),
@@ -839,7 +842,7 @@ fn rule_2_11_hints_are_removed_from_unchanged_slices_when_hints_are_off() {
     });
     let p = plan(&s, &pods, &[Arc::new(stored)]);
     let slice = only_slice(&p);
-    assert!(slice.endpoints.iter().all(|e| e.hints.is_none()));
+    assert!(slice.endpoints().iter().all(|e| e.hints.is_none()));
 }
 
 // No-op detection

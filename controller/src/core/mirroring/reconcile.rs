@@ -20,6 +20,7 @@ use crate::core::keys::{
     ANNOTATION_LAST_APPLIED, ANNOTATION_LEADER, ANNOTATION_TRIGGER_TIME, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR,
 };
+use crate::core::slice_endpoints::SliceEndpoints;
 
 /// A snapshot of everything one sync of key `namespace/name` reads.
 pub struct Inputs<'a> {
@@ -179,7 +180,7 @@ fn new_slice(
             ..ObjectMeta::default()
         },
         address_type: group.family.address_type().to_owned(),
-        endpoints: group.endpoints.iter().take(max).cloned().collect(),
+        endpoints: Some(group.endpoints.iter().take(max).cloned().collect()),
         ports: Some(group.ports.clone()),
     }
 }
@@ -212,7 +213,7 @@ struct Totals {
 fn totals(slice: &EndpointSlice, group: &Group) -> Totals {
     let mut t = Totals::default();
     let mut matched = 0;
-    for e in &slice.endpoints {
+    for e in slice.endpoints() {
         match group.get(&EndpointKey::of(e)) {
             None => t.removed += 1,
             Some(want) => {
@@ -304,7 +305,7 @@ pub fn reconcile(inputs: &Inputs<'_>) -> MirrorPlan {
                 .map(|s| slice_ref(s, inputs.namespace))
                 .collect(),
             stats: MirrorStats {
-                endpoints_removed: existing.iter().map(|s| s.endpoints.len()).sum(),
+                endpoints_removed: existing.iter().map(|s| s.endpoints().len()).sum(),
                 ..MirrorStats::default()
             },
             ..MirrorPlan::default()
@@ -336,7 +337,7 @@ pub fn reconcile(inputs: &Inputs<'_>) -> MirrorPlan {
         let key = (group.family.address_type().to_owned(), group.key.clone());
         let have = by_key.remove(&key).unwrap_or_default();
         if group.endpoints.is_empty() {
-            plan.stats.endpoints_removed += have.iter().map(|s| s.endpoints.len()).sum::<usize>();
+            plan.stats.endpoints_removed += have.iter().map(|s| s.endpoints().len()).sum::<usize>();
             plan.deletes
                 .extend(have.iter().map(|s| slice_ref(s, inputs.namespace)));
             continue;
@@ -365,7 +366,7 @@ pub fn reconcile(inputs: &Inputs<'_>) -> MirrorPlan {
     }
     // Groups no longer desired (old ports, unsupported address types).
     for slices in by_key.into_values() {
-        plan.stats.endpoints_removed += slices.iter().map(|s| s.endpoints.len()).sum::<usize>();
+        plan.stats.endpoints_removed += slices.iter().map(|s| s.endpoints().len()).sum::<usize>();
         plan.deletes
             .extend(slices.iter().map(|s| slice_ref(s, inputs.namespace)));
     }

@@ -16,6 +16,7 @@ use crate::core::keys::{
     ANNOTATION_LAST_APPLIED, ANNOTATION_LEADER, ANNOTATION_TRIGGER_TIME, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR,
 };
+use crate::core::slice_endpoints::SliceEndpoints;
 
 fn selectorless() -> Service {
     svc("ext").no_selector().build()
@@ -78,7 +79,7 @@ fn converged(ep: &Endpoints) -> Vec<Arc<EndpointSlice>> {
 }
 
 fn addresses(s: &EndpointSlice) -> Vec<&str> {
-    s.endpoints
+    s.endpoints()
         .iter()
         .flat_map(|e| e.addresses.iter().map(String::as_str))
         .collect()
@@ -261,7 +262,7 @@ fn rule_5_2_endpoint_fields() {
         .find(|s| s.address_type == "IPv6")
         .cloned()
         .unwrap_or_default();
-    let e = &v6.endpoints[0];
+    let e = &v6.endpoints()[0];
     assert_eq!(e.addresses, vec!["1234::5678:0:0:9abc:def0"]);
     let c = e.conditions.clone().unwrap_or_default();
     assert_eq!(
@@ -279,7 +280,7 @@ fn rule_5_2_endpoint_fields() {
         .cloned()
         .unwrap_or_default();
     assert_eq!(addresses(&v4), vec!["1.2.3.4", "10.0.0.1"]);
-    let not_ready = &v4.endpoints[1];
+    let not_ready = &v4.endpoints()[1];
     assert_eq!(
         not_ready.conditions.as_ref().and_then(|c| c.ready),
         Some(false)
@@ -313,7 +314,7 @@ fn rule_5_2_at_most_max_addresses_per_subset_with_a_warning(
     let ep = ext().subset(&refs, &[], &[("http", 80)]).build();
     let plan = run(&ep, &[]);
     assert_eq!(plan.creates.len(), 1);
-    assert_eq!(plan.creates[0].endpoints.len(), kept);
+    assert_eq!(plan.creates[0].endpoints().len(), kept);
     let got: Vec<&str> = plan
         .events
         .iter()

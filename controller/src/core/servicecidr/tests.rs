@@ -56,14 +56,14 @@ fn ip(address: &str) -> IPAddress {
         (LABEL_MANAGED_BY.to_owned(), ALLOCATOR_MANAGER.to_owned()),
         (LABEL_FAMILY.to_owned(), family.to_owned()),
     ]));
-    o.spec = Some(IPAddressSpec {
+    o.spec = IPAddressSpec {
         parent_ref: ParentReference {
             group: Some(String::new()),
             resource: "services".into(),
             namespace: Some("default".into()),
             name: "web".into(),
         },
-    });
+    };
     o
 }
 

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::core::endpointslice::hints::{PassSlices, remove_hints};
 use crate::core::event::PlannedEvent;
+use crate::core::slice_endpoints::SliceEndpoints;
 
 /// How many endpoints a zone should get (TH-3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -119,7 +120,11 @@ pub fn endpoint_ready(endpoint: &Endpoint) -> bool {
 }
 
 fn ready_count(slice: &EndpointSlice) -> usize {
-    slice.endpoints.iter().filter(|e| endpoint_ready(e)).count()
+    slice
+        .endpoints()
+        .iter()
+        .filter(|e| endpoint_ready(e))
+        .count()
 }
 
 /// The hints per zone an unchanged slice contributes, or `None` when it must
@@ -131,7 +136,7 @@ pub fn hints_by_zone(
     allocations: &BTreeMap<String, Allocation>,
 ) -> Option<ZoneCounts> {
     let mut by_zone = ZoneCounts::new();
-    for endpoint in slice.endpoints.iter().filter(|e| endpoint_ready(e)) {
+    for endpoint in slice.endpoints().iter().filter(|e| endpoint_ready(e)) {
         let zones = endpoint
             .hints
             .as_ref()
@@ -220,7 +225,7 @@ fn redistribute(
 ) -> BTreeMap<String, i64> {
     let mut diff: BTreeMap<String, i64> = BTreeMap::new();
     for slice in pass.creates.iter_mut().chain(pass.updates.iter_mut()) {
-        for endpoint in &mut slice.endpoints {
+        for endpoint in slice.endpoints_mut() {
             if !endpoint_ready(endpoint) {
                 endpoint.hints = None;
                 continue;
@@ -326,7 +331,7 @@ fn allocate<'e>(
 
     // TH-3.3.4: same-zone hints on everything being written.
     for slice in pass.creates.iter_mut().chain(pass.updates.iter_mut()) {
-        for endpoint in &mut slice.endpoints {
+        for endpoint in slice.endpoints_mut() {
             if !endpoint_ready(endpoint) {
                 endpoint.hints = None;
                 continue;

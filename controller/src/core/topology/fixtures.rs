@@ -98,7 +98,7 @@ pub fn slice(name: &str, endpoints: Vec<Endpoint>) -> EndpointSlice {
             ..ObjectMeta::default()
         },
         address_type: "IPv4".to_owned(),
-        endpoints,
+        endpoints: Some(endpoints),
         ports: Some(Vec::new()),
     }
 }

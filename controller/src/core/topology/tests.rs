@@ -22,6 +22,7 @@ use crate::core::endpointslice::hints::PassSlices;
 use crate::core::endpointslice::{Inputs, Outcome, SlicePlan, reconcile_with_hints};
 use crate::core::event::{EventType, PlannedEvent};
 use crate::core::fixtures::{apply_plan, pod, svc};
+use crate::core::slice_endpoints::SliceEndpoints;
 
 // ---------------------------------------------------------------- helpers
 
@@ -92,7 +93,7 @@ fn hint_counts(ps: &PassSlices<'_>) -> BTreeMap<String, usize> {
         .chain(ps.updates.iter())
         .chain(ps.unchanged.iter().copied())
     {
-        for e in &s.endpoints {
+        for e in s.endpoints() {
             for z in zone_hints(e) {
                 *out.entry(z.to_owned()).or_default() += 1;
             }
@@ -108,7 +109,7 @@ fn all_endpoints<'p>(
         .iter()
         .chain(ps.updates.iter())
         .chain(ps.unchanged.iter().copied())
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|s| s.endpoints().iter())
 }
 
 fn no_hints(ps: &PassSlices<'_>) -> bool {
@@ -190,7 +191,7 @@ fn sync(
 fn stored_hint_counts(slices: &[Arc<EndpointSlice>]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for s in slices {
-        for e in &s.endpoints {
+        for e in s.endpoints() {
             for z in zone_hints(e) {
                 *out.entry(z.to_owned()).or_default() += 1;
             }
@@ -614,7 +615,7 @@ fn rule_3_3_4_same_zone_hints_and_not_ready_endpoints_get_none() {
     creates.push(endpoint("10.0.9.9", Some("zone-a"), false, Some("zone-a")));
     let mut ps = pass(vec![slice("new", creates)], vec![], vec![]);
     apply(&mut policy(Some(equal3())), &auto_svc(), &mut ps);
-    for e in &ps.creates[0].endpoints {
+    for e in ps.creates[0].endpoints() {
         if endpoint_ready(e) {
             assert_eq!(zone_hints(e), vec![e.zone.as_deref().unwrap_or_default()]);
             assert!(e.hints.as_ref().is_some_and(|h| h.for_nodes.is_none()));
@@ -864,7 +865,7 @@ fn rule_2_11_switch_from_auto_to_traffic_distribution_keeps_same_zone_hints() {
     let events = apply(&mut p, &td_svc("PreferClose"), &mut ps);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].reason, REASON_DISABLED);
-    assert_eq!(zone_hints(&ps.updates[0].endpoints[0]), vec!["zone-a"]);
+    assert_eq!(zone_hints(&ps.updates[0].endpoints()[0]), vec!["zone-a"]);
     assert!(p.cache().is_empty());
 }
 
@@ -952,7 +953,7 @@ fn rule_3_2_heuristic_hints(
     let mut ps = pass(vec![slice("new", vec![e])], vec![], vec![]);
     let events = apply(&mut policy(None), &td_svc(td), &mut ps);
     assert_eq!(events, vec![]);
-    assert_eq!(ps.creates[0].endpoints[0].hints, want);
+    assert_eq!(ps.creates[0].endpoints()[0].hints, want);
 }
 
 #[rstest]
@@ -967,7 +968,7 @@ fn rule_3_2_not_ready_endpoints_are_left_alone(#[case] td: &str) {
         vec![],
     );
     apply(&mut policy(None), &td_svc(td), &mut ps);
-    assert_eq!(ps.creates[0].endpoints, vec![stale, bare]);
+    assert_eq!(ps.creates[0].endpoints(), [stale, bare]);
 }
 
 #[rstest]

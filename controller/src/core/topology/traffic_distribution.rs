@@ -7,6 +7,7 @@ use k8s_openapi::api::discovery::v1::{EndpointHints, EndpointSlice, ForNode, For
 
 use super::allocation::endpoint_ready;
 use crate::core::endpointslice::hints::PassSlices;
+use crate::core::slice_endpoints::SliceEndpoints;
 
 /// The values of `spec.trafficDistribution` the controller acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,7 @@ impl TrafficDistribution {
     /// or wrong (TH-3.2). Not-ready endpoints never count.
     pub fn needs_update(self, slice: &EndpointSlice) -> bool {
         slice
-            .endpoints
+            .endpoints()
             .iter()
             .filter(|e| endpoint_ready(e))
             .any(|e| {
@@ -74,7 +75,11 @@ impl TrafficDistribution {
     /// Sets the wanted hints on every ready endpoint; not-ready endpoints
     /// are left exactly as they are.
     pub fn update(self, slice: &mut EndpointSlice) {
-        for e in slice.endpoints.iter_mut().filter(|e| endpoint_ready(e)) {
+        for e in slice
+            .endpoints_mut()
+            .iter_mut()
+            .filter(|e| endpoint_ready(e))
+        {
             let for_zones = e.zone.as_ref().map(|z| vec![ForZone { name: z.clone() }]);
             let for_nodes = e
                 .node_name

@@ -123,7 +123,7 @@ mod tests {
         let slice = EndpointSlice {
             metadata: meta("web-abc"),
             address_type: "IPv6".into(),
-            endpoints: vec![
+            endpoints: Some(vec![
                 Endpoint {
                     addresses: vec!["fd00::1".into()],
                     conditions: Some(EndpointConditions {
@@ -147,7 +147,7 @@ mod tests {
                     conditions: Some(EndpointConditions::default()),
                     ..Endpoint::default()
                 },
-            ],
+            ]),
             ports: Some(vec![]),
         };
         assert_eq!(Packed::new(&slice).unpack(), slice);
@@ -177,7 +177,7 @@ mod tests {
         let slice = EndpointSlice {
             metadata: meta("web-abc"),
             address_type: "IPv4".into(),
-            endpoints,
+            endpoints: Some(endpoints),
             ports: None,
         };
         let json = serde_json::to_vec(&slice).unwrap_or_default().len();

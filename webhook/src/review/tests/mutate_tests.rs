@@ -497,3 +497,22 @@ fn rule_13_1_missing_spec_is_created_before_member_ops() {
     let out = patched(&req, &d);
     assert!(out["spec"]["clusterIP"].is_string());
 }
+
+/// RelaxedServiceNameValidation (GA in 1.37): a Service whose name starts with a
+/// digit is admitted and allocated like any other; the webhook never judges names.
+#[test]
+fn rule_13_1_a_service_name_may_start_with_a_digit() {
+    let mut st = state("10.0.0.0/24", "30000-30099");
+    let req = create(svc(
+        "0web",
+        json!({"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP"}]}),
+    ));
+    let d = mutate(&req, &mut st);
+    let out = patched(&req, &d);
+    assert!(out["spec"]["clusterIP"].as_str().is_some(), "{out}");
+    assert!(
+        out["spec"]["ports"][0]["nodePort"].as_i64().is_some(),
+        "{out}"
+    );
+    assert_eq!(reserved(&d).len(), 2);
+}

@@ -17,7 +17,7 @@ fn rendered(errs: &[svcplane_allocator::FieldError]) -> Vec<String> {
 }
 
 fn rules(spec: Value) -> Vec<String> {
-    rendered(&service_rules(&SvcView::from_service(&service(spec))))
+    rendered(&service_rules(&SvcView::from_service(&service(spec)), None))
 }
 
 #[rstest]
@@ -205,5 +205,50 @@ fn rule_8_4_update_rules(#[case] old: Value, #[case] changes: Value, #[case] wan
     assert_eq!(
         rendered(&validate_update(&service(new), &service(old))),
         want
+    );
+}
+
+// WH-8.8 strict IP validation (StrictIPCIDRValidation, on in 1.37)
+
+#[rstest]
+#[case::leading_zeros(
+    json!({"clusterIP": "010.0.0.1", "clusterIPs": ["010.0.0.1"]}),
+    &["spec.clusterIPs[0]: Invalid value: \"010.0.0.1\": must not have leading 0s"])]
+#[case::leading_zeros_in_the_secondary(
+    json!({"clusterIP": "fd00::1", "clusterIPs": ["fd00::1", "10.0.0.01"]}),
+    &["spec.clusterIPs[1]: Invalid value: \"10.0.0.01\": must not have leading 0s"])]
+#[case::ipv4_mapped(
+    json!({"clusterIP": "::ffff:10.0.0.1", "clusterIPs": ["::ffff:10.0.0.1"]}),
+    &["spec.clusterIPs[0]: Invalid value: \"::ffff:10.0.0.1\": must not be an IPv4-mapped IPv6 address"])]
+#[case::upper_case_ipv6_is_valid(
+    json!({"clusterIP": "FD00::1", "clusterIPs": ["FD00::1"]}),
+    &[])]
+#[case::long_form_ipv6_is_valid(
+    json!({"clusterIP": "fd00:0:0:0:0:0:0:1", "clusterIPs": ["fd00:0:0:0:0:0:0:1"]}),
+    &[])]
+fn rule_8_8_strict_ip_forms_are_refused_on_create(#[case] spec: Value, #[case] want: &[&str]) {
+    let mut spec = spec;
+    spec["type"] = json!("ClusterIP");
+    spec["ports"] = json!([{"port": 80}]);
+    assert_eq!(rules(spec), want);
+}
+
+#[test]
+fn rule_8_8_a_stored_non_strict_cluster_ip_is_kept_on_update() {
+    let spec = json!({"type": "ClusterIP", "ports": [{"port": 80}],
+        "clusterIP": "010.0.0.1", "clusterIPs": ["010.0.0.1"]});
+    let old = SvcView::from_service(&service(spec.clone()));
+    let new = SvcView::from_service(&service(spec));
+    assert_eq!(
+        rendered(&service_rules(&new, Some(&old))),
+        Vec::<String>::new()
+    );
+    // Only what the old object held is exempt.
+    let other = json!({"type": "ClusterIP", "ports": [{"port": 80}],
+        "clusterIP": "010.0.0.2", "clusterIPs": ["010.0.0.2"]});
+    let new = SvcView::from_service(&service(other));
+    assert_eq!(
+        rendered(&service_rules(&new, Some(&old))),
+        ["spec.clusterIPs[0]: Invalid value: \"010.0.0.2\": must not have leading 0s"]
     );
 }
