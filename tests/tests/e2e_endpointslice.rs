@@ -87,18 +87,27 @@ where
     }
 }
 
-#[tokio::test]
-async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> {
-    let _one = SERIAL.lock().await;
+/// The suite's shared `svcplane run` (started on first use), a client and a new
+/// namespace named from `prefix`; `None` when the suite skips (no harness or binary).
+async fn start(prefix: &str) -> anyhow::Result<Option<(&'static SharedRun, kube::Client, String)>> {
     let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
-        return Ok(());
+        return Ok(None);
     };
     let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
     let client = cluster.client().await?;
-    let ns = envtest::create_namespace(&client, "svcplane-e2e-").await?;
+    let ns = envtest::create_namespace(&client, prefix).await?;
+    Ok(Some((run, client, ns)))
+}
+
+#[tokio::test]
+async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> {
+    let _one = SERIAL.lock().await;
+    let Some((run, client, ns)) = start("svcplane-e2e-").await? else {
+        return Ok(());
+    };
     let node_a = node_name(&ns, "node-a");
     let node_b = node_name(&ns, "node-b");
 
@@ -269,15 +278,9 @@ async fn reconciler_writes_pass_validation_and_converge() -> anyhow::Result<()> 
 #[tokio::test]
 async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
     let _one = SERIAL.lock().await;
-    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
+    let Some((run, client, ns)) = start("svcplane-e2e-").await? else {
         return Ok(());
     };
-    let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
-        return Ok(());
-    };
-    let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
-    let client = cluster.client().await?;
-    let ns = envtest::create_namespace(&client, "svcplane-e2e-").await?;
     create_node(&client, &ns, &node("node-a", Some("zone-a"))).await?;
     let pods: Vec<Pod> = (0..150)
         .map(|i| {
@@ -334,15 +337,9 @@ async fn dual_stack_and_many_pods_pass_validation() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_service_recreated_at_once_gets_slices_owned_by_the_new_service() -> anyhow::Result<()> {
     let _one = SERIAL.lock().await;
-    let Some(cluster) = envtest::cluster(Flavor::ApiServerOnly, "e2e_endpointslice") else {
+    let Some((run, client, ns)) = start("svcplane-e2e-recreate-").await? else {
         return Ok(());
     };
-    let Some(bin) = svcplane_bin_or_skip("e2e_endpointslice") else {
-        return Ok(());
-    };
-    let run = RUN.get_or_init(|| SharedRun::start(&bin, &cluster.kubeconfig, &[]));
-    let client = cluster.client().await?;
-    let ns = envtest::create_namespace(&client, "svcplane-e2e-recreate-").await?;
     create_node(&client, &ns, &node("node-a", Some("zone-a"))).await?;
     create_pods(
         &client,

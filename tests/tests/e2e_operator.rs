@@ -225,6 +225,37 @@ where
     }
 }
 
+/// `kubectl rollout status` of `deployment` in `ns`, failing the test after `timeout`.
+fn rollout_status(c: &NodeCluster, ns: &str, deployment: &str, timeout: &str) {
+    kubectl(
+        c,
+        &[
+            "-n",
+            ns,
+            "rollout",
+            "status",
+            &format!("deployment/{deployment}"),
+            &format!("--timeout={timeout}"),
+        ],
+    );
+}
+
+/// Waits (30 s at most) until `web`'s slices list exactly its `n` ready Pods; how
+/// long that took.
+async fn slices_follow(
+    c: &NodeCluster,
+    slices: &Api<EndpointSlice>,
+    n: usize,
+    what: &str,
+) -> Duration {
+    let (_, took) = until(Duration::from_secs(30), what, || async {
+        let want = ready_pod_ips(c);
+        (want.len() == n && ready_addresses(slices).await == want).then_some(())
+    })
+    .await;
+    took
+}
+
 /// The application: `web` (busybox httpd answering its own Pod name, ready while
 /// /tmp/ready exists, a preStop pause so kube-proxy drops it before it stops), its
 /// Service, and a client calling it by name.
@@ -472,17 +503,7 @@ async fn the_operators_path_on_a_real_kubelet() {
 
     // 1. The application, with KCM's endpoint controllers.
     apply(&c, &app_yaml(3));
-    kubectl(
-        &c,
-        &[
-            "-n",
-            APP_NS,
-            "rollout",
-            "status",
-            "deployment/web",
-            "--timeout=180s",
-        ],
-    );
+    rollout_status(&c, APP_NS, "web", "180s");
     kubectl(
         &c,
         &[
@@ -537,17 +558,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     let started = Instant::now();
     helm_ok(&c, "helm install", &install_args(&[]));
     let install_time = started.elapsed();
-    kubectl(
-        &c,
-        &[
-            "-n",
-            NS,
-            "rollout",
-            "status",
-            "deployment/svcplane",
-            "--timeout=120s",
-        ],
-    );
+    rollout_status(&c, NS, "svcplane", "120s");
     assert_eq!(pods_of_svcplane(&c).len(), 2);
     let (leader, _) = new_leader(&leases, None, Duration::from_secs(30)).await;
     println!(
@@ -618,17 +629,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         &c,
         &["-n", APP_NS, "scale", "deployment/web", "--replicas=5"],
     );
-    kubectl(
-        &c,
-        &[
-            "-n",
-            APP_NS,
-            "rollout",
-            "status",
-            "deployment/web",
-            "--timeout=120s",
-        ],
-    );
+    rollout_status(&c, APP_NS, "web", "120s");
     until(Duration::from_secs(30), "5 ready endpoints", || async {
         (ready_addresses(&slices).await.len() == 5).then_some(())
     })
@@ -660,26 +661,8 @@ async fn the_operators_path_on_a_real_kubelet() {
         &["-n", APP_NS, "scale", "deployment/web", "--replicas=2"],
     );
     kubectl(&c, &["-n", APP_NS, "rollout", "restart", "deployment/web"]);
-    kubectl(
-        &c,
-        &[
-            "-n",
-            APP_NS,
-            "rollout",
-            "status",
-            "deployment/web",
-            "--timeout=180s",
-        ],
-    );
-    let (_, followed) = until(
-        Duration::from_secs(30),
-        "slices follow the rollout",
-        || async {
-            let want = ready_pod_ips(&c);
-            (want.len() == 2 && ready_addresses(&slices).await == want).then_some(())
-        },
-    )
-    .await;
+    rollout_status(&c, APP_NS, "web", "180s");
+    let followed = slices_follow(&c, &slices, 2, "slices follow the rollout").await;
     let endpoints = kubectl(
         &c,
         &[
@@ -843,17 +826,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         !role.contains("- endpoints\n"),
         "the slices-only release is still granted Endpoints:\n{role}"
     );
-    kubectl(
-        &c,
-        &[
-            "-n",
-            NS,
-            "rollout",
-            "status",
-            "deployment/svcplane",
-            "--timeout=120s",
-        ],
-    );
+    rollout_status(&c, NS, "svcplane", "120s");
     new_leader(&leases, None, Duration::from_secs(30)).await;
     apply(&c, &headless_yaml());
     // Every Endpoints object the Endpoints controller wrote before goes; none may
@@ -863,26 +836,8 @@ async fn the_operators_path_on_a_real_kubelet() {
         &c,
         &["-n", APP_NS, "scale", "deployment/web", "--replicas=4"],
     );
-    kubectl(
-        &c,
-        &[
-            "-n",
-            APP_NS,
-            "rollout",
-            "status",
-            "deployment/web",
-            "--timeout=120s",
-        ],
-    );
-    let (_, followed) = until(
-        Duration::from_secs(30),
-        "slices follow the scale-up",
-        || async {
-            let want = ready_pod_ips(&c);
-            (want.len() == 4 && ready_addresses(&slices).await == want).then_some(())
-        },
-    )
-    .await;
+    rollout_status(&c, APP_NS, "web", "120s");
+    let followed = slices_follow(&c, &slices, 4, "slices follow the scale-up").await;
     let (_, resolved) = until(
         Duration::from_secs(30),
         "CoreDNS answers the headless Service with every ready Pod",
