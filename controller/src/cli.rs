@@ -434,13 +434,13 @@ pub struct RunArgs {
           value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
     pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
 
-    /// With batch periods of 0: a Service in a burst (synced twice within four windows)
-    /// waits out the rest of this window after its last sync before its next sync for
-    /// a Pod added or turning ready, writing everything that changed meanwhile at once;
-    /// after a burst with a sync of three changes or more, the next change within eight
-    /// windows waits a window from its arrival. Pods withdrawn wait a quarter of it, never behind additions; a
-    /// Service not synced recently is synced at once. 0 syncs every change at once, as
-    /// upstream.
+    /// With batch periods of 0, the most a change waits for others to share its write:
+    /// a Service in a burst (synced twice within four windows) is held after each sync
+    /// for three (slices) or one (Endpoints) times how long that sync's turn took, or
+    /// longer as the controller's client spends its QPS burst (the whole window once
+    /// half of it is spent), so the wait follows pressure, never more than this window
+    /// (a quarter of it for Pods withdrawn, never behind additions). A Service not
+    /// synced recently is synced at once. 0 syncs every change at once, as upstream.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
           default_value = "250ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
     pub write_coalescing_window: std::time::Duration,

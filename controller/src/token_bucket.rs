@@ -83,6 +83,19 @@ impl TokenBucket {
         }
     }
 
+    /// How much of the burst is spent at `now`, from 0 (full, or not limiting) to 1
+    /// (empty or in debt).
+    pub(crate) fn spent(&self, now: Instant) -> f64 {
+        if !self.is_limited() {
+            return 0.0;
+        }
+        let refill = self.last.map_or(0.0, |last| {
+            now.saturating_duration_since(last).as_secs_f64() * self.qps
+        });
+        let tokens = (self.tokens + refill).min(self.burst);
+        (1.0 - tokens / self.burst).clamp(0.0, 1.0)
+    }
+
     /// Take a token now, into debt if need be; how long until it would have existed.
     pub(crate) fn reserve(&mut self, now: Instant) -> Duration {
         if !self.is_limited() {
@@ -148,6 +161,30 @@ mod tests {
         assert_eq!(b.reserve(t0), Duration::ZERO);
         assert_eq!(b.reserve(t0), Duration::from_millis(100));
         assert_eq!(b.reserve(t0), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spent_goes_from_nothing_when_full_to_all_when_empty_and_back_with_time() {
+        let mut b = TokenBucket::new(10.0, 4);
+        let now = Instant::now();
+        assert_eq!(b.spent(now), 0.0);
+        b.take(now).unwrap();
+        assert!((b.spent(now) - 0.25).abs() < 1e-9);
+        b.reserve(now);
+        b.reserve(now);
+        b.reserve(now);
+        b.reserve(now);
+        assert_eq!(b.spent(now), 1.0, "in debt counts as all spent");
+        let later = now + Duration::from_millis(300);
+        assert!(
+            (b.spent(later) - 0.5).abs() < 1e-9,
+            "3 tokens refilled from -1"
+        );
+        assert_eq!(
+            TokenBucket::new(0.0, 4).spent(now),
+            0.0,
+            "no limit, nothing spent"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -85,6 +85,11 @@ impl ClientBudget {
     pub fn until_token(&self) -> std::time::Duration {
         self.bucket().until_token(Instant::now())
     }
+
+    /// How much of the client's burst is spent, from 0 (idle) to 1 (no token).
+    pub fn spent(&self) -> f64 {
+        self.bucket().spent(Instant::now())
+    }
 }
 
 /// The HTTP method of a request, for the limiter-wait metric (`None`: not reported).

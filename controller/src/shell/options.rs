@@ -10,9 +10,10 @@ use super::controllers::mirroring as mirror;
 use super::controllers::servicecidr as cidr;
 
 /// Write coalescing of the EndpointSlice and Endpoints controllers
-/// (`--write-coalescing-window`; `shell::queue`): how long after a Service's last sync a
-/// Pod change waits to be synced, merged with the changes that follow it. Changes that
-/// withdraw an endpoint wait far less than those that add one, and never behind them.
+/// (`--write-coalescing-window`; `shell::queue`): the most a Pod change of a Service in
+/// a burst waits after its last sync to be merged with the changes that follow it (the
+/// wait itself follows how long that sync took). Changes that withdraw an endpoint may
+/// wait far less than those that add one, and never behind them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Coalescing {
     /// For a Pod added or turning ready.
@@ -41,8 +42,8 @@ impl Coalescing {
         self.additions.is_zero() && self.withdrawals.is_zero()
     }
 
-    /// Two syncs of a Service closer than this make a burst, whose changes wait out
-    /// the windows (zero when coalescing is off). Four windows: a rollout's pauses
+    /// Two syncs of a Service closer than this make a burst, whose changes are held
+    /// (zero when coalescing is off). Four windows: a rollout's pauses
     /// between steps do not end its burst, while a Service changing now and then
     /// (readiness churn) is rarely in one.
     pub fn burst_gap(&self) -> std::time::Duration {

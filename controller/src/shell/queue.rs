@@ -17,20 +17,29 @@
 //! - a failed key waits `max(base × 2^failures, token-bucket delay)` (capped), and
 //!   [`QueueCore::forget`] resets its failure count after a success.
 //!
-//! One rule is svcplane's own, write coalescing ([`QueueCore::add_coalesced`]): a key
-//! whose last two syncs came less than the burst gap apart is in a *burst*, and a
-//! coalescible add of it within `window` of its last sync waits until that window has
-//! passed, merging with every add that comes meanwhile; an add of a key not in a burst
-//! is handed out at once, and an add while the key is being synced waits `window`
-//! after that sync ends. A key whose last burst carried a *batch* (a sync of three
-//! adds or more) and ended less than two burst gaps ago is still in a burst: its next
-//! add waits `window` from its own arrival, gathering the rest of the next wave instead
-//! of being written alone ahead of it. So a Service whose Pods change one after
-//! another or in waves (a rolling update) is written about once per window or wave
-//! with everything that changed, while a single change, or two, is written at once.
-//! Each add names its window (withdrawn endpoints a short one) and the shortest
-//! waiting one wins; a plain [`QueueCore::add`] never waits and overtakes a coalesced
-//! add already waiting.
+//! One rule is svcplane's own, write coalescing ([`QueueCore::add_coalesced`]), and it
+//! acts on pressure rather than on a clock. A key whose last two syncs came less than
+//! the burst gap apart is in a *burst*; a coalescible add of it is held after its last
+//! sync for the *hold*, the longer of two measures of pressure, at most the add's
+//! `window`:
+//! - that sync's *turn* (from when the key was ready to be handed out to when its
+//!   sync was done) times the queue's [`HoldPerSync`] factor. A turn is mostly the API
+//!   server's answer to the sync's writes and any wait for a worker or a token, so
+//!   against an idle API server the hold is a few milliseconds and a change goes out
+//!   at once, while a loaded one makes it longer and more changes share a write;
+//! - the share of its burst the controller's client has spent: from nothing when the
+//!   client is idle to the whole window once it has spent [`SPENT_FOR_FULL_HOLD`] of
+//!   it, so a client writing about as fast as its QPS allows spends fewer writes per
+//!   change.
+//!
+//! An add while the key is being synced (its write in flight) waits the hold after
+//! that sync ends. A key whose last burst carried a *batch* (a sync of three adds or
+//! more) and ended less than two burst gaps ago holds its next add for the hold from
+//! its own arrival, gathering the rest of a rollout's wave. An add of a key not in a
+//! burst is handed out at once. Each add names its window (withdrawn endpoints a short
+//! one) and the shortest waiting one wins; a plain [`QueueCore::add`] never waits and
+//! overtakes a coalesced add already waiting. A client without a token at all is
+//! [`WorkQueue`]'s: its workers take no key until the client could send a request.
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -98,11 +107,35 @@ const BATCH: u32 = 3;
 struct LastSync {
     /// When it was done.
     at: Instant,
+    /// How long its turn took (ready to be handed out, to done).
+    took: Duration,
     /// It came within the burst gap of the sync before.
     burst: bool,
     /// It carried at least [`BATCH`] coalescible adds, or came in a burst whose
     /// syncs did.
     batch: bool,
+}
+
+/// How long a key in a burst is held after a sync, as a multiple of that sync's turn
+/// (see the module docs). A turn is mostly the API server's answer to its writes and
+/// any wait for a worker or a token, so the hold measures pressure: a few
+/// milliseconds against an idle API server, up to the window against a loaded one.
+/// Each controller picks its factor so that its additions wait no longer than the
+/// same upstream controller's own sync would hold them (see its constant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HoldPerSync(pub u32);
+
+/// The share of its burst a client has spent when its queue holds a key in a burst
+/// for the whole window: a client this far into its burst is writing about as fast
+/// as its QPS refills it, and each write saved is one another key can have.
+const SPENT_FOR_FULL_HOLD: f64 = 0.5;
+
+/// The hold after a sync whose turn took `took`, while `spent` of the client's burst
+/// is used: `per_sync` times the turn, or the window scaled by how far the client is
+/// towards [`SPENT_FOR_FULL_HOLD`] if that is longer; never more than `window`.
+fn hold_after(took: Duration, per_sync: HoldPerSync, spent: f64, window: Duration) -> Duration {
+    let by_budget = window.mul_f64((spent / SPENT_FOR_FULL_HOLD).clamp(0.0, 1.0));
+    took.saturating_mul(per_sync.0).max(by_budget).min(window)
 }
 
 /// The queue's state and rules, driven by an explicit clock.
@@ -127,6 +160,9 @@ pub(crate) struct QueueCore<K> {
     added_at: HashMap<K, Instant>,
     /// When each key being processed was handed out (the in-progress gauges).
     started_at: HashMap<K, Instant>,
+    /// When each key being processed became ready to be handed out (its add, or
+    /// when its delay ran out; its hand-out when unknown): the start of its *turn*.
+    turn_from: HashMap<K, Instant>,
     /// Two syncs of a key closer than this make a burst (zero: coalescing off, and
     /// `add_coalesced` is a plain add).
     burst_gap: Duration,
@@ -138,8 +174,12 @@ pub(crate) struct QueueCore<K> {
     adds_since_pop: HashMap<K, u32>,
     batch_of: HashMap<K, u32>,
     /// Keys given a coalescible add while being processed, with the shortest window
-    /// asked for (re-queued that long after they are done).
+    /// asked for (re-queued up to that long after they are done).
     deferred: HashMap<K, Duration>,
+    /// How long a key in a burst is held after a sync, per unit of its turn.
+    hold_per_sync: HoldPerSync,
+    /// How much of the client's burst was spent when last looked at (0 to 1).
+    budget_spent: f64,
 }
 
 impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
@@ -157,24 +197,42 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             adds: 0,
             added_at: HashMap::new(),
             started_at: HashMap::new(),
+            turn_from: HashMap::new(),
             burst_gap: Duration::ZERO,
             last_done: HashMap::new(),
             adds_since_pop: HashMap::new(),
             batch_of: HashMap::new(),
             deferred: HashMap::new(),
+            hold_per_sync: HoldPerSync(1),
+            budget_spent: 0.0,
         }
     }
 
     /// Turns write coalescing on: syncs of a key closer than `burst_gap` make a
-    /// burst (zero turns coalescing off).
-    pub(crate) fn set_coalescing(&mut self, burst_gap: Duration) {
+    /// burst (zero turns coalescing off), whose adds are held `hold_per_sync` times
+    /// the last sync's turn (or longer while the client's burst is spent).
+    pub(crate) fn set_coalescing(&mut self, burst_gap: Duration, hold_per_sync: HoldPerSync) {
         self.burst_gap = burst_gap;
+        self.hold_per_sync = hold_per_sync;
     }
 
-    /// Queues `key` now, unless it was synced less than `window` ago: then when that
-    /// window since the sync ends, merged with later adds; while it is being
-    /// processed, `window` after it is done (see the module docs). A shorter window
-    /// overtakes a longer one already waiting. Returns whether it was queued for now.
+    /// Notes how much of the client's burst is spent (0: idle or no limiter), the
+    /// second measure of pressure the hold follows.
+    pub(crate) fn set_budget_spent(&mut self, spent: f64) {
+        self.budget_spent = spent;
+    }
+
+    /// How long an add is held after `last`, at most `window`.
+    fn hold(&self, last: &LastSync, window: Duration) -> Duration {
+        hold_after(last.took, self.hold_per_sync, self.budget_spent, window)
+    }
+
+    /// Queues `key` now, unless it is in a burst and its hold (the longer of its last
+    /// sync's turn times the factor and the client's spent share of `window`, at most
+    /// `window`) has not run out since that sync:
+    /// then when it does, merged with later adds; while it is being processed, the
+    /// hold after it is done (see the module docs). A shorter window overtakes a
+    /// longer one already waiting. Returns whether it was queued for now.
     pub(crate) fn add_coalesced(&mut self, key: K, window: Duration, now: Instant) -> bool {
         if !self.burst_gap.is_zero() {
             *self.adds_since_pop.entry(key.clone()).or_default() += 1;
@@ -188,13 +246,17 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             return false;
         }
         match self.last_done.get(&key) {
-            Some(last) if last.burst && last.at + window > now => {
-                let wait = last.at + window - now;
+            Some(last) if last.burst && last.at + self.hold(last, window) > now => {
+                let wait = last.at + self.hold(last, window) - now;
                 self.add_after(key, wait, now);
                 false
             }
             Some(last) if last.batch && last.at + self.burst_gap * 2 > now => {
-                self.add_after(key, window, now);
+                let hold = self.hold(last, window);
+                if hold.is_zero() {
+                    return self.add_at(key, Some(now));
+                }
+                self.add_after(key, hold, now);
                 false
             }
             _ => self.add_at(key, Some(now)),
@@ -305,10 +367,9 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
         if let Some(adds) = self.adds_since_pop.remove(&key) {
             self.batch_of.insert(key.clone(), adds);
         }
-        let waited = self
-            .added_at
-            .remove(&key)
-            .map(|at| now.saturating_duration_since(at));
+        let ready = self.added_at.remove(&key);
+        self.turn_from.insert(key.clone(), ready.unwrap_or(now));
+        let waited = ready.map(|at| now.saturating_duration_since(at));
         Some((key, waited))
     }
 
@@ -328,12 +389,17 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
     /// or a coalescing window later when only coalescible adds came).
     pub(crate) fn done(&mut self, key: &K, now: Instant) {
         self.started_at.remove(key);
+        let took = self
+            .turn_from
+            .remove(key)
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         self.processing.remove(key);
         let deferred = self.deferred.remove(key);
         if self.dirty.contains(key) {
             self.queue.push_back(key.clone());
         } else if let Some(window) = deferred {
-            self.add_after(key.clone(), window, now);
+            let hold = hold_after(took, self.hold_per_sync, self.budget_spent, window);
+            self.add_after(key.clone(), hold, now);
         }
         let adds = self.batch_of.remove(key).unwrap_or(0);
         if !self.burst_gap.is_zero() {
@@ -345,6 +411,7 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
             // syncs carried (the stragglers of a wave, a resync of the key).
             let last = LastSync {
                 at: now,
+                took,
                 burst: before.is_some(),
                 batch: adds >= BATCH || before.is_some_and(|b| b.batch),
             };
@@ -474,14 +541,16 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     }
 
     /// [`QueueCore::set_coalescing`].
-    pub(crate) fn set_coalescing(&self, burst_gap: Duration) {
-        self.lock().set_coalescing(burst_gap);
+    pub(crate) fn set_coalescing(&self, burst_gap: Duration, hold_per_sync: HoldPerSync) {
+        self.lock().set_coalescing(burst_gap, hold_per_sync);
     }
 
     /// [`QueueCore::add_coalesced`] on the tokio clock.
     pub(crate) fn add_coalesced(&self, key: K, window: Duration) {
+        let spent = self.budget.as_ref().map_or(0.0, ClientBudget::spent);
         {
             let mut core = self.lock();
+            core.set_budget_spent(spent);
             core.add_coalesced(key, window, Instant::now());
             self.report(&core);
         }
@@ -511,8 +580,10 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     }
 
     pub(crate) fn done(&self, key: &K) {
+        let spent = self.budget.as_ref().map_or(0.0, ClientBudget::spent);
         let requeued = {
             let mut core = self.lock();
+            core.set_budget_spent(spent);
             core.done(key, Instant::now());
             self.report(&core);
             core.ready_len() > 0
@@ -760,25 +831,34 @@ mod tests {
 mod coalescing_tests {
     use super::*;
 
+    /// The cap (`--write-coalescing-window`); the tests' burst gap is one window.
     const WINDOW: Duration = Duration::from_millis(100);
+    /// The tests' factor: a key in a burst is held three times its last sync.
+    const HOLD: HoldPerSync = HoldPerSync(3);
+    /// A sync against a loaded API server: held back three times that, 60 ms.
+    const LOADED: Duration = Duration::from_millis(20);
 
     fn queue() -> (QueueCore<&'static str>, Instant) {
         let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
-        q.set_coalescing(WINDOW);
-        (q, Instant::now())
+        q.set_coalescing(WINDOW, HOLD);
+        (q, Instant::now() + ms(1000))
     }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    /// Two syncs of `key` 1 ms apart, the second done at `t`: a burst.
-    fn burst(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant) {
-        for at in [t - ms(1), t] {
-            q.add(key);
-            assert_eq!(q.pop(at), Some(key));
-            q.done(&key, at);
-        }
+    /// One sync of `key` that took `took`, done at `t`.
+    fn sync(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant, took: Duration) {
+        q.add(key);
+        assert_eq!(q.pop(t - took), Some(key));
+        q.done(&key, t);
+    }
+
+    /// Two syncs of `key` taking `took` each, the second done at `t`: a burst.
+    fn burst(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant, took: Duration) {
+        sync(q, key, t - took - ms(1), took);
+        sync(q, key, t, took);
     }
 
     #[test]
@@ -791,51 +871,74 @@ mod coalescing_tests {
     #[test]
     fn one_isolated_sync_does_not_hold_back_the_next_change() {
         let (mut q, t0) = queue();
-        q.add_coalesced("svc", WINDOW, t0);
-        q.pop(t0);
-        q.done(&"svc", t0);
+        sync(&mut q, "svc", t0 + ms(20), LOADED);
         assert!(
-            q.add_coalesced("svc", WINDOW, t0 + ms(10)),
+            q.add_coalesced("svc", WINDOW, t0 + ms(25)),
             "not a burst yet"
         );
-        q.pop(t0 + ms(10));
-        q.done(&"svc", t0 + ms(11));
+        q.pop(t0 + ms(25));
+        q.done(&"svc", t0 + ms(45));
         assert!(
-            !q.add_coalesced("svc", WINDOW, t0 + ms(20)),
+            !q.add_coalesced("svc", WINDOW, t0 + ms(50)),
             "now a burst: waits"
         );
     }
 
     #[test]
-    fn adds_within_the_window_after_a_burst_merge_into_one_at_its_end() {
+    fn against_an_idle_api_server_a_burst_holds_nothing_back() {
         let (mut q, t0) = queue();
-        burst(&mut q, "svc", t0 + ms(5));
-        for at in [10, 40, 90] {
-            assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(at)), "hot: waits");
+        burst(&mut q, "svc", t0, Duration::ZERO);
+        assert!(
+            q.add_coalesced("svc", WINDOW, t0),
+            "a sync that took no time"
+        );
+        assert_eq!(q.pop(t0), Some("svc"));
+        q.done(&"svc", t0 + ms(1));
+        assert!(
+            !q.add_coalesced("svc", WINDOW, t0 + ms(2)),
+            "1 ms: held 3 ms"
+        );
+        assert_eq!(q.next_due(), Some(t0 + ms(4)));
+    }
+
+    #[test]
+    fn a_burst_holds_changes_three_times_its_last_syncs_turn_and_merges_them() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, LOADED);
+        for at in [5, 30, 55] {
+            assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(at)), "held");
         }
-        assert_eq!(q.pop(t0 + ms(104)), None);
-        assert_eq!(q.next_due(), Some(t0 + ms(105)));
-        assert_eq!(q.pop(t0 + ms(105)), Some("svc"));
-        q.done(&"svc", t0 + ms(106));
+        assert_eq!(q.pop(t0 + ms(59)), None);
+        assert_eq!(q.next_due(), Some(t0 + ms(60)));
+        assert_eq!(q.pop(t0 + ms(60)), Some("svc"));
+        q.done(&"svc", t0 + ms(80));
         assert_eq!(q.pop(t0 + ms(500)), None, "the merged adds made one sync");
     }
 
-    /// One sync carrying three adds, done at `t`.
-    fn batch(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant) {
+    #[test]
+    fn the_hold_never_exceeds_the_window() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, ms(80));
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(10)));
+        assert_eq!(q.next_due(), Some(t0 + WINDOW), "240 ms capped at 100");
+    }
+
+    /// One sync carrying three adds that took `took`, done at `t`.
+    fn batch(q: &mut QueueCore<&'static str>, key: &'static str, t: Instant, took: Duration) {
         for _ in 0..3 {
-            q.add_coalesced(key, WINDOW, t);
+            q.add_coalesced(key, WINDOW, t - took);
         }
-        assert_eq!(q.pop(t), Some(key));
+        assert_eq!(q.pop(t - took), Some(key));
         q.done(&key, t);
     }
 
     #[test]
-    fn after_a_sync_that_carried_a_batch_the_next_wave_gathers_for_a_window() {
+    fn after_a_sync_that_carried_a_batch_the_next_wave_gathers_for_its_hold() {
         let (mut q, t0) = queue();
-        batch(&mut q, "svc", t0);
-        // Past the window, within two burst gaps (the test's gap is one window).
+        batch(&mut q, "svc", t0, LOADED);
+        // Past the hold, within two burst gaps (the test's gap is one window).
         assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(150)), "gathers");
-        assert_eq!(q.next_due(), Some(t0 + ms(250)));
+        assert_eq!(q.next_due(), Some(t0 + ms(210)));
         // A withdrawal names a shorter window and overtakes.
         q.add_coalesced("svc", ms(25), t0 + ms(160));
         assert_eq!(q.next_due(), Some(t0 + ms(185)));
@@ -843,90 +946,162 @@ mod coalescing_tests {
     }
 
     #[test]
+    fn after_a_batch_against_an_idle_api_server_the_next_wave_is_not_held() {
+        let (mut q, t0) = queue();
+        batch(&mut q, "svc", t0, Duration::ZERO);
+        assert!(q.add_coalesced("svc", WINDOW, t0 + ms(150)));
+    }
+
+    #[test]
     fn a_small_sync_at_the_end_of_a_batch_burst_keeps_the_next_wave_gathering() {
         let (mut q, t0) = queue();
-        batch(&mut q, "svc", t0);
+        batch(&mut q, "svc", t0, LOADED);
         // A straggler synced within the burst gap carries one add.
-        q.add("svc");
-        q.pop(t0 + ms(50));
-        q.done(&"svc", t0 + ms(50));
+        sync(&mut q, "svc", t0 + ms(50), LOADED);
         assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(200)), "gathers");
-        assert_eq!(q.next_due(), Some(t0 + ms(300)));
+        assert_eq!(q.next_due(), Some(t0 + ms(260)));
     }
 
     #[test]
     fn a_batch_long_ago_or_syncs_of_single_changes_do_not_hold_a_change_back() {
         let (mut q, t0) = queue();
-        batch(&mut q, "svc", t0);
+        batch(&mut q, "svc", t0, LOADED);
         assert!(
             q.add_coalesced("svc", WINDOW, t0 + ms(200)),
             "two burst gaps have passed"
         );
         q.pop(t0 + ms(200));
-        q.done(&"svc", t0 + ms(201));
+        q.done(&"svc", t0 + ms(220));
         assert!(
-            q.add_coalesced("svc", WINDOW, t0 + ms(320)),
+            q.add_coalesced("svc", WINDOW, t0 + ms(340)),
             "that sync carried one change: not a batch"
         );
     }
 
     #[test]
-    fn an_add_while_syncing_waits_a_window_after_the_sync() {
+    fn an_add_while_syncing_waits_that_syncs_hold_after_it() {
         let (mut q, t0) = queue();
         q.add_coalesced("svc", WINDOW, t0);
         q.pop(t0);
         q.add_coalesced("svc", WINDOW, t0 + ms(2));
         q.done(&"svc", t0 + ms(20));
         assert_eq!(q.pop(t0 + ms(21)), None);
-        assert_eq!(q.pop(t0 + ms(120)), Some("svc"));
+        assert_eq!(q.next_due(), Some(t0 + ms(80)));
+        assert_eq!(q.pop(t0 + ms(80)), Some("svc"));
+    }
+
+    #[test]
+    fn an_add_while_a_quick_sync_runs_is_handed_out_right_after_it() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.add_coalesced("svc", WINDOW, t0);
+        q.done(&"svc", t0);
+        assert_eq!(q.pop(t0), Some("svc"));
     }
 
     #[test]
     fn a_shorter_window_overtakes_a_longer_one_already_waiting() {
         let (mut q, t0) = queue();
-        burst(&mut q, "svc", t0);
+        burst(&mut q, "svc", t0, ms(40));
         q.add_coalesced("svc", WINDOW, t0 + ms(10));
         q.add_coalesced("svc", ms(30), t0 + ms(20));
         assert_eq!(q.next_due(), Some(t0 + ms(30)));
-        // And while syncing, the shortest window asked for applies after it.
+        // And while syncing, the shortest window asked for caps the hold after it.
         assert_eq!(q.pop(t0 + ms(30)), Some("svc"));
         q.add_coalesced("svc", ms(30), t0 + ms(31));
         q.add_coalesced("svc", WINDOW, t0 + ms(32));
-        q.done(&"svc", t0 + ms(40));
-        assert_eq!(q.next_due(), Some(t0 + ms(70)));
+        q.done(&"svc", t0 + ms(70));
+        assert_eq!(q.next_due(), Some(t0 + ms(100)));
     }
 
     #[test]
     fn a_plain_add_never_waits_behind_coalesced_adds() {
         let (mut q, t0) = queue();
-        burst(&mut q, "svc", t0 + ms(1));
+        burst(&mut q, "svc", t0 + ms(1), LOADED);
         q.add_coalesced("svc", WINDOW, t0 + ms(10));
         // A plain add overtakes the waiting one.
         assert!(q.add("svc"));
         assert_eq!(q.pop(t0 + ms(11)), Some("svc"));
         // Also while the key is being synced: queued again as soon as it is done.
         q.add("svc");
-        q.done(&"svc", t0 + ms(12));
-        assert_eq!(q.pop(t0 + ms(12)), Some("svc"));
+        q.done(&"svc", t0 + ms(40));
+        assert_eq!(q.pop(t0 + ms(40)), Some("svc"));
     }
 
     #[test]
     fn other_keys_are_not_held_back_and_a_cooled_key_is_idle_again() {
         let (mut q, t0) = queue();
-        burst(&mut q, "a", t0);
+        burst(&mut q, "a", t0, LOADED);
         assert!(q.add_coalesced("b", WINDOW, t0 + ms(1)));
         assert_eq!(q.pop(t0 + ms(1)), Some("b"));
         assert!(
             q.add_coalesced("a", WINDOW, t0 + ms(150)),
-            "the window has passed"
+            "the hold has passed"
         );
+    }
+
+    #[test]
+    fn a_client_with_half_its_burst_spent_holds_a_burst_for_the_whole_window() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, ms(1));
+        q.set_budget_spent(SPENT_FOR_FULL_HOLD);
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(1)));
+        assert_eq!(
+            q.next_due(),
+            Some(t0 + WINDOW),
+            "not 3 ms: the whole window"
+        );
+    }
+
+    #[test]
+    fn a_client_a_quarter_into_its_burst_holds_half_the_window() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, ms(1));
+        q.set_budget_spent(0.25);
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(1)));
+        assert_eq!(q.next_due(), Some(t0 + WINDOW / 2));
+        // The longer of the two measures wins: a slow sync still holds 3 × its turn.
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, LOADED);
+        q.set_budget_spent(0.1);
+        q.add_coalesced("svc", WINDOW, t0);
+        assert_eq!(
+            q.next_due(),
+            Some(t0 + ms(60)),
+            "3 × 20 ms > 20 % of 100 ms"
+        );
+    }
+
+    #[test]
+    fn a_spent_budget_holds_an_add_made_while_syncing_after_it() {
+        let (mut q, t0) = queue();
+        q.add_coalesced("svc", WINDOW, t0);
+        q.pop(t0);
+        q.add_coalesced("svc", WINDOW, t0);
+        q.set_budget_spent(1.0);
+        q.done(&"svc", t0);
+        assert_eq!(q.pop(t0), None);
+        assert_eq!(q.next_due(), Some(t0 + WINDOW));
+    }
+
+    #[test]
+    fn a_turn_counts_from_when_the_key_was_ready_not_from_when_a_worker_took_it() {
+        let (mut q, t0) = queue();
+        burst(&mut q, "svc", t0, Duration::ZERO);
+        // Ready at once (an idle hold), but no worker or token for 20 ms.
+        assert!(q.add_coalesced("svc", WINDOW, t0 + ms(1)));
+        assert_eq!(q.pop(t0 + ms(21)), Some("svc"));
+        q.done(&"svc", t0 + ms(26));
+        assert!(!q.add_coalesced("svc", WINDOW, t0 + ms(27)));
+        assert_eq!(q.next_due(), Some(t0 + ms(26) + ms(75)), "3 × (20 + 5) ms");
     }
 
     #[test]
     fn without_coalescing_coalescible_adds_are_plain_adds() {
         let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
-        let t0 = Instant::now();
-        burst(&mut q, "svc", t0);
+        let t0 = Instant::now() + ms(1000);
+        burst(&mut q, "svc", t0, LOADED);
         assert!(q.add_coalesced("svc", WINDOW, t0));
         assert_eq!(q.pop(t0), Some("svc"));
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use svcplane_tests::versus::controllers::Limits;
-use svcplane_tests::versus::workloads::{Shape, Workload};
+use svcplane_tests::versus::workloads::{RollingSize, Shape, Workload};
 use svcplane_tests::versus::{self, Config, Side, progress, report};
 
 #[derive(Debug, Parser)]
@@ -52,6 +52,10 @@ struct Args {
     /// beside this binary).
     #[arg(long)]
     svcplane: Option<PathBuf>,
+    /// Sizes of `rolling`, SERVICESxPODS, comma-separated: one table each (the
+    /// Service count is multiplied by --scale).
+    #[arg(long, value_delimiter = ',', default_value = "10x50")]
+    rolling_sizes: Vec<RollingSize>,
 }
 
 /// `target/release/svcplane` if present, else `svcplane` beside this binary.
@@ -104,6 +108,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         },
         timeout: Duration::from_secs(args.timeout),
         svcplane: svcplane.clone(),
+        rolling: RollingSize::DEFAULT,
     };
     let workloads = if args.workloads.is_empty() {
         Workload::ALL.to_vec()
@@ -137,29 +142,46 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     out.flush()?;
 
     let mut passed = true;
-    for workload in workloads {
+    let runs = workloads.into_iter().flat_map(|w| {
+        let sizes = if w == Workload::Rolling {
+            args.rolling_sizes.clone()
+        } else {
+            vec![RollingSize::DEFAULT]
+        };
+        sizes.into_iter().map(move |size| (w, size))
+    });
+    for (workload, size) in runs {
+        let config = Config {
+            rolling: size,
+            ..config.clone()
+        };
+        let title = if workload == Workload::Rolling && size != RollingSize::DEFAULT {
+            format!("{workload} {size}")
+        } else {
+            workload.name().to_owned()
+        };
         let mut results = [None, None];
         for (i, side) in Side::ALL.into_iter().enumerate() {
             if !sides.contains(&side) {
                 continue;
             }
             let started = Instant::now();
-            progress(&format!("{workload}/{}: starting", side.name()));
+            progress(&format!("{title}/{}: starting", side.name()));
             let r = runtime.block_on(versus::run_side(workload, side, &config))?;
             progress(&format!(
-                "{workload}/{}: done in {:.0} s",
+                "{title}/{}: done in {:.0} s",
                 side.name(),
                 started.elapsed().as_secs_f64()
             ));
             passed &= r.passed();
             results[i] = Some(r);
         }
-        let shape = Shape::new(workload, args.scale, args.seed);
+        let shape = Shape::sized(workload, args.scale, args.seed, size);
         let [up, sp] = &results;
         writeln!(
             out,
             "{}",
-            report::render(workload.name(), &shape.describe(), up.as_ref(), sp.as_ref())
+            report::render(&title, &shape.describe(), up.as_ref(), sp.as_ref())
         )?;
         out.flush()?;
     }
@@ -178,5 +200,9 @@ mod tests {
         assert_eq!(a.workloads, [Workload::Rolling, Workload::Cold]);
         assert_eq!(a.only, Some(Side::Svcplane));
         assert!(upstream_version().starts_with("v1."));
+        assert_eq!(a.rolling_sizes, [RollingSize::DEFAULT]);
+        let b =
+            Args::try_parse_from(["versus", "rolling", "--rolling-sizes", "1x50,1x150"]).unwrap();
+        assert_eq!(b.rolling_sizes.len(), 2);
     }
 }

@@ -93,6 +93,8 @@ pub struct Config {
     pub timeout: Duration,
     /// The `svcplane` binary.
     pub svcplane: PathBuf,
+    /// The size of `rolling`.
+    pub rolling: workloads::RollingSize,
 }
 
 /// A progress line on stderr.
@@ -143,7 +145,7 @@ async fn measure(
     let harness_timeout = config.timeout * 3 + Duration::from_secs(3600);
     let harness = envtest::launch(&[format!("--timeout={}s", harness_timeout.as_secs())])?;
     let client = harness.cluster().client().await?;
-    let mut shape = Shape::new(workload, config.scale, config.seed);
+    let mut shape = Shape::sized(workload, config.scale, config.seed, config.rolling);
     let t = Instant::now();
     workloads::setup(&client, &shape).await?;
     progress(&format!(
@@ -175,7 +177,7 @@ async fn measure(
         let settled = observer
             .settle(
                 &services,
-                0,
+                shape.initial_endpoints_capped(),
                 spawned,
                 QUIET,
                 spawned + config.timeout,

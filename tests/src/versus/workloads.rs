@@ -77,8 +77,46 @@ impl FromStr for Workload {
     }
 }
 
-/// Pods per Service, new-Pod batch size and pacing of the rolling update.
-const ROLLING_PODS: usize = 50;
+/// The size of `rolling`: Services, and Pods per Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollingSize {
+    pub services: usize,
+    pub pods: usize,
+}
+
+impl RollingSize {
+    /// 10 Services x 50 Pods; the Service count follows `--scale`.
+    pub const DEFAULT: RollingSize = RollingSize {
+        services: 10,
+        pods: 50,
+    };
+}
+
+impl fmt::Display for RollingSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.services, self.pods)
+    }
+}
+
+impl FromStr for RollingSize {
+    type Err = String;
+
+    /// `SERVICESxPODS`, e.g. `1x150`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("rolling size {s:?}: want SERVICESxPODS, e.g. 1x150");
+        let (services, pods) = s.split_once('x').ok_or_else(bad)?;
+        let (services, pods) = (
+            services.parse().map_err(|_| bad())?,
+            pods.parse().map_err(|_| bad())?,
+        );
+        if services == 0 || pods == 0 {
+            return Err(bad());
+        }
+        Ok(RollingSize { services, pods })
+    }
+}
+
+/// New-Pod batch size and pacing of the rolling update.
 const ROLLING_SURGE: f64 = 0.25;
 /// Pause between the steps of a batch (create, ready, terminate, delete): four steps
 /// and their requests make a batch take 1-2 s.
@@ -100,6 +138,8 @@ const HASH_NEW: &str = "5c4b8d7f9";
 #[derive(Debug)]
 pub struct Shape {
     pub workload: Workload,
+    /// Pods per Service `rolling` replaces.
+    pub rolling_pods: usize,
     pub services: Vec<ServiceSpec>,
     pub nodes: Vec<NodeSpec>,
     /// Pods stored before the controller starts.
@@ -120,11 +160,17 @@ fn scaled(n: usize, scale: f64) -> usize {
 }
 
 impl Shape {
-    /// The objects of `workload` at `scale`, from `seed`.
+    /// The objects of `workload` at `scale`, from `seed` (`rolling` at its default
+    /// size).
     pub fn new(workload: Workload, scale: f64, seed: u64) -> Self {
+        Self::sized(workload, scale, seed, RollingSize::DEFAULT)
+    }
+
+    /// [`Shape::new`] with `rolling` at `rolling` (its Service count times `scale`).
+    pub fn sized(workload: Workload, scale: f64, seed: u64, rolling: RollingSize) -> Self {
         let (n_services, pods_per_service) = match workload {
             Workload::Cold => (scaled(1000, scale), 10),
-            Workload::Rolling => (scaled(10, scale), ROLLING_PODS),
+            Workload::Rolling => (scaled(rolling.services, scale), rolling.pods),
             Workload::Churn => (scaled(100, scale), 10),
             Workload::Large => (1, 0),
         };
@@ -149,6 +195,7 @@ impl Shape {
             .collect();
         Self {
             workload,
+            rolling_pods: rolling.pods,
             services,
             nodes,
             initial,
@@ -158,6 +205,18 @@ impl Shape {
             factory,
             rng,
         }
+    }
+
+    /// Initial Pods beyond the 1000 addresses an Endpoints object holds, summed over
+    /// the Services: never shown in Endpoints, so never reflected there.
+    pub fn initial_endpoints_capped(&self) -> u64 {
+        self.services
+            .iter()
+            .map(|s| {
+                let pods = self.initial.iter().filter(|p| p.app == s.name).count();
+                pods.saturating_sub(1000) as u64
+            })
+            .sum()
     }
 
     /// `(namespace, name)` of every Service.
@@ -179,9 +238,10 @@ impl Shape {
                 self.nodes.len()
             ),
             Workload::Rolling => format!(
-                "{svcs} Services x {ROLLING_PODS} Pods replaced in {} batches of {} (maxSurge 25 %)",
-                rolling_batches().len(),
-                surge()
+                "{svcs} Services x {} Pods replaced in {} batches of {} (maxSurge 25 %)",
+                self.rolling_pods,
+                rolling_batches(self.rolling_pods).len(),
+                surge(self.rolling_pods)
             ),
             Workload::Churn => format!(
                 "{svcs} Services x {} Pods; {CHURN_RATE} readiness flips/s for {:.0} s",
@@ -196,16 +256,16 @@ impl Shape {
     }
 }
 
-fn surge() -> usize {
-    (ROLLING_PODS as f64 * ROLLING_SURGE).ceil() as usize
+fn surge(pods: usize) -> usize {
+    (pods as f64 * ROLLING_SURGE).ceil() as usize
 }
 
-/// The batch sizes of a rolling update of [`ROLLING_PODS`] Pods.
-fn rolling_batches() -> Vec<usize> {
-    let mut left = ROLLING_PODS;
+/// The batch sizes of a rolling update of `pods` Pods.
+fn rolling_batches(pods: usize) -> Vec<usize> {
+    let mut left = pods;
     let mut out = Vec::new();
     while left > 0 {
-        let n = surge().min(left);
+        let n = surge(pods).min(left);
         out.push(n);
         left -= n;
     }
@@ -395,7 +455,7 @@ async fn rolling(client: &Client, observer: &Observer, shape: &mut Shape) -> any
             pods.swap(i, shape.rng.below(i + 1));
         }
     }
-    for (batch, n) in rolling_batches().into_iter().enumerate() {
+    for (batch, n) in rolling_batches(shape.rolling_pods).into_iter().enumerate() {
         let started = Instant::now();
         let mut new = Vec::new();
         for s in &shape.services {
@@ -497,7 +557,8 @@ mod tests {
 
     #[test]
     fn rolling_batches_follow_max_surge() {
-        assert_eq!(rolling_batches(), [13, 13, 13, 11]);
+        assert_eq!(rolling_batches(50), [13, 13, 13, 11]);
+        assert_eq!(rolling_batches(150), [38, 38, 38, 36]);
     }
 
     #[test]
@@ -516,5 +577,16 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!("Rolling".parse(), Ok(Workload::Rolling));
+        assert_eq!(
+            "1x150".parse(),
+            Ok(RollingSize {
+                services: 1,
+                pods: 150
+            })
+        );
+        assert!("1x0".parse::<RollingSize>().is_err());
+        assert!("150".parse::<RollingSize>().is_err());
+        let shape = Shape::sized(Workload::Rolling, 1.0, 1, "1x150".parse().unwrap());
+        assert_eq!((shape.services.len(), shape.initial.len()), (1, 150));
     }
 }

@@ -18,7 +18,7 @@ use crate::core::trigger_time::TriggerTimeTracker;
 use crate::shell::apply::{WriteError, WriteErrorKind};
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
-use crate::shell::queue::WorkQueue;
+use crate::shell::queue::{HoldPerSync, WorkQueue};
 use crate::shell::watch::Change;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,11 @@ pub(crate) const COMPONENT: &str = "endpoint-controller";
 const RESOURCE: &str = "endpoints";
 pub(crate) const REASON_FAILED_TO_CREATE: &str = "FailedToCreateEndpoint";
 pub(crate) const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
+
+/// A Service in a burst is held once its last Endpoints sync (write coalescing):
+/// upstream's Endpoints syncs are quick, so its Endpoints latency is the tighter
+/// bound, and one sync's duration is what it takes too.
+const ENDPOINTS_HOLD_PER_SYNC: HoldPerSync = HoldPerSync(1);
 
 /// Settings of the Endpoints controller.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +61,9 @@ pub(crate) struct EndpointsController {
 
 impl EndpointsController {
     pub(crate) fn new(parts: Parts, config: Config) -> Self {
-        parts.queue.set_coalescing(config.coalescing.burst_gap());
+        parts
+            .queue
+            .set_coalescing(config.coalescing.burst_gap(), ENDPOINTS_HOLD_PER_SYNC);
         Self {
             parts,
             config,
@@ -245,8 +252,30 @@ impl Syncer for EndpointsController {
 mod tests {
     use super::*;
     use crate::core::fixtures::{endpoints as endpoints_fixture, svc};
-    use crate::shell::controllers::test_support::{parts, write_attempts};
+    use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
+    use crate::shell::options::Coalescing;
     use crate::shell::queue::RateLimit;
+
+    #[tokio::test]
+    async fn coalescing_holds_a_service_in_a_burst_once_its_last_endpoints_sync() {
+        let p = parts(RateLimit::ENDPOINTS);
+        let window = Duration::from_millis(250);
+        let _c = EndpointsController::new(
+            p.clone(),
+            Config {
+                workers: 1,
+                batch_period: Duration::ZERO,
+                coalescing: Coalescing::from_window(window),
+            },
+        );
+        let took = Duration::from_millis(40);
+        assert_eq!(hold_in_a_burst(&p.queue, took, window), took);
+        assert_eq!(
+            hold_in_a_burst(&p.queue, Duration::from_millis(300), window),
+            window,
+            "300 ms capped by --write-coalescing-window"
+        );
+    }
 
     #[tokio::test]
     async fn rule_4_7_no_sync_while_the_cache_shows_the_version_we_replaced() {

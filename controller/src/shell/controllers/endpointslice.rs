@@ -32,7 +32,7 @@ use crate::shell::events::{EventRecord, object_reference};
 use crate::shell::metrics::{
     ChangedPerSyncLabels, OperationLabels, ResultLabels, TrafficDistributionLabels,
 };
-use crate::shell::queue::WorkQueue;
+use crate::shell::queue::{HoldPerSync, WorkQueue};
 use crate::shell::watch::Change;
 
 /// `reportingController` of this controller's events.
@@ -85,9 +85,16 @@ pub(crate) struct EndpointSliceController {
     topology_dirty: Notify,
 }
 
+/// A Service in a burst is held three times its last slice sync (write coalescing):
+/// upstream's slice syncs are slow (its slice p99 in a rollout is several times its
+/// Endpoints'), so waiting that long is still within what its own sync takes.
+const SLICE_HOLD_PER_SYNC: HoldPerSync = HoldPerSync(3);
+
 impl EndpointSliceController {
     pub(crate) fn new(parts: Parts, config: Config) -> Self {
-        parts.queue.set_coalescing(config.coalescing.burst_gap());
+        parts
+            .queue
+            .set_coalescing(config.coalescing.burst_gap(), SLICE_HOLD_PER_SYNC);
         Self {
             parts,
             config,
@@ -505,8 +512,40 @@ mod tests {
     use crate::core::fixtures::{as_stored, node, pod, svc};
     use crate::shell::apply::WriteErrorKind;
     use crate::shell::cache::Store;
-    use crate::shell::controllers::test_support::{parts, write_attempts};
+    use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
+    use crate::shell::options::Coalescing;
     use crate::shell::queue::RateLimit;
+
+    #[tokio::test]
+    async fn coalescing_holds_a_service_in_a_burst_three_times_its_last_slice_sync() {
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let window = Duration::from_millis(250);
+        let _c = EndpointSliceController::new(
+            p.clone(),
+            Config {
+                workers: 1,
+                max_endpoints_per_slice: 100,
+                batch_period: Duration::ZERO,
+                coalescing: Coalescing::from_window(window),
+            },
+        );
+        let took = Duration::from_millis(40);
+        assert_eq!(hold_in_a_burst(&p.queue, took, window), took * 3);
+        assert_eq!(
+            hold_in_a_burst(&p.queue, Duration::from_millis(100), window),
+            window,
+            "300 ms capped by --write-coalescing-window"
+        );
+    }
+
+    #[tokio::test]
+    async fn coalescing_off_holds_nothing_even_in_a_burst() {
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let _c = controller(&p);
+        let window = Duration::from_millis(250);
+        let hold = hold_in_a_burst(&p.queue, Duration::from_millis(40), window);
+        assert_eq!(hold, Duration::ZERO);
+    }
 
     fn controller(p: &Parts) -> EndpointSliceController {
         EndpointSliceController::new(

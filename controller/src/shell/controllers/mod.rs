@@ -308,6 +308,36 @@ pub(crate) mod test_support {
         }
     }
 
+    /// How long a Service in a burst whose syncs each took `took` is held before its
+    /// next sync, as the controller set up `queue` (write coalescing; `window` is
+    /// `--write-coalescing-window`).
+    pub(crate) fn hold_in_a_burst(
+        queue: &WorkQueue<String>,
+        took: std::time::Duration,
+        window: std::time::Duration,
+    ) -> std::time::Duration {
+        // A Service of its own per call: an earlier call's Service is still held.
+        let key = format!("default/web-{}", took.as_nanos());
+        let mut q = queue.lock();
+        let mut at = tokio::time::Instant::now();
+        for _ in 0..2 {
+            q.add(key.clone());
+            assert_eq!(q.pop(at).as_ref(), Some(&key));
+            at += took;
+            q.done(&key, at);
+        }
+        if q.add_coalesced(key.clone(), window, at) {
+            return std::time::Duration::ZERO;
+        }
+        let Some(due) = q.next_due() else {
+            return std::time::Duration::MAX;
+        };
+        // Sync it, so the next call starts from an empty queue.
+        assert_eq!(q.pop(due).as_ref(), Some(&key));
+        q.done(&key, due);
+        due - at
+    }
+
     /// Writes attempted so far, any verb, any resource.
     pub(crate) fn write_attempts(m: &Metrics) -> u64 {
         ["create", "update", "delete"]
