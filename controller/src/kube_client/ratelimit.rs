@@ -90,6 +90,15 @@ impl ClientBudget {
     pub fn spent(&self) -> f64 {
         self.bucket().spent(Instant::now())
     }
+
+    /// Spends `n` tokens as `n` requests would (tests of what reads the budget).
+    #[cfg(test)]
+    pub(crate) fn spend(&self, n: u32) {
+        let mut bucket = self.bucket();
+        for _ in 0..n {
+            bucket.reserve(Instant::now());
+        }
+    }
 }
 
 /// The HTTP method of a request, for the limiter-wait metric (`None`: not reported).

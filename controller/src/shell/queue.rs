@@ -657,6 +657,31 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_holds_a_burst_for_the_window_once_its_client_spent_half_its_burst() {
+        let budget = crate::kube_client::ratelimit::RateLimitLayer::new(1.0, 4).budget();
+        let q = WorkQueue::new(RateLimit::ENDPOINT_SLICE, CancellationToken::new())
+            .with_budget(Some(budget.clone()));
+        q.set_coalescing(Duration::from_secs(1), HoldPerSync(3));
+        let window = Duration::from_millis(250);
+        for _ in 0..2 {
+            q.add("svc");
+            let key = q.next().await;
+            q.done(&"svc");
+            assert_eq!(key, Some("svc"));
+        }
+        // A burst of instant syncs with an idle client: nothing is held.
+        q.add_coalesced("svc", window);
+        assert_eq!(q.lock().ready_len(), 1);
+        assert_eq!(q.next().await, Some("svc"));
+        q.done(&"svc");
+        // Two of four tokens gone: held for the whole window.
+        budget.spend(2);
+        q.add_coalesced("svc", window);
+        assert_eq!(q.lock().ready_len(), 0);
+        assert_eq!(q.lock().next_due(), Some(Instant::now() + window));
+    }
+
     #[test]
     fn time_in_queue_counts_from_the_add_or_from_when_a_delayed_key_fell_due() {
         let mut q = QueueCore::new(RateLimit::ENDPOINT_SLICE);
