@@ -366,6 +366,45 @@ impl ControllerList {
     }
 }
 
+impl ControllerList {
+    /// Every controller the registry runs by default (what `*` enables).
+    pub fn registry_default() -> Self {
+        Self(
+            registry::names()
+                .filter(|n| registry::default_on(n))
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+}
+
+/// `--controllers`'s help: every registered controller, whether `*` includes it, and
+/// kube-controller-manager's names for it.
+fn controllers_help() -> String {
+    let names: Vec<String> = registry::names()
+        .map(|name| {
+            let off = if registry::default_on(name) {
+                ""
+            } else {
+                ", off by default"
+            };
+            match registry::aliases_of(name) {
+                [] if off.is_empty() => name.to_owned(),
+                [] => format!("{name} ({})", &off[2..]),
+                aliases => format!(
+                    "{name} (kube-controller-manager: {}{off})",
+                    aliases.join(", ")
+                ),
+            }
+        })
+        .collect();
+    format!(
+        "Controllers to run: names, `-name` to disable one, `*` for every controller on by \
+         default. Names: {}",
+        names.join("; ")
+    )
+}
+
 impl fmt::Display for ControllerList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0.join(","))
@@ -394,12 +433,10 @@ fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
 /// Flags of `svcplane run` (kube-controller-manager's names where it has them).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Controllers to run: names, `-name` to disable one, `*` for all. Names:
-    /// endpointslice, endpoints, endpointslicemirroring, allocator-repair, or
-    /// kube-controller-manager's endpointslice-controller, endpoints-controller
-    /// (endpoint), endpointslice-mirroring-controller.
+    // The help and the default come from the controller registry, so a controller
+    // added there is named here too.
     #[arg(long, value_name = "LIST", env = "SVCPLANE_CONTROLLERS",
-          default_value = "endpointslice,endpoints,endpointslicemirroring,allocator-repair",
+          help = controllers_help(), default_value_t = ControllerList::registry_default(),
           value_parser = parse_controller_list, help_heading = heading::CONTROLLERS)]
     pub controllers: ControllerList,
 
@@ -1210,6 +1247,30 @@ mod tests {
             std::time::Duration::from_secs(180)
         );
         assert_eq!(r.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn controllers_help_and_default_name_every_registered_controller() {
+        let help = controllers_help();
+        for name in registry::names() {
+            assert!(help.contains(name), "{name} missing from: {help}");
+            for alias in registry::aliases_of(name) {
+                assert!(help.contains(alias), "{alias} missing from: {help}");
+            }
+        }
+        assert!(
+            help.contains(
+                "servicecidr (kube-controller-manager: service-cidr-controller, off by default)"
+            ),
+            "{help}"
+        );
+        let default = ControllerList::registry_default();
+        assert_eq!(
+            default.to_string(),
+            "endpointslice,endpoints,endpointslicemirroring,allocator-repair"
+        );
+        let parsed = run(&["--webhook=false"]).unwrap();
+        assert_eq!(parsed.controllers, default);
     }
 
     #[test]
