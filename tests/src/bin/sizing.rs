@@ -36,6 +36,7 @@ use svcplane_tests::binary::{SvcplaneProcess, free_port};
 use svcplane_tests::envtest;
 use svcplane_tests::sim::cluster::{NodeSpec, PodFactory, for_create, nodes, services};
 use svcplane_tests::webhook_env::{certs, install_claim_crd};
+use svcplane_webhook::retry::{Backoff, entropy_seed};
 
 #[derive(Debug, Parser)]
 #[command(about = "Peak RSS of `svcplane run` against a real API server, by cluster size")]
@@ -67,6 +68,11 @@ const NAMESPACES: usize = 10;
 const CONCURRENCY: usize = 48;
 /// Attempts per object: a loaded API server closes a connection now and then.
 const ATTEMPTS: u32 = 5;
+/// Bounds of the wait between attempts: the base doubles 400 ms → 3.2 s over the four
+/// retries and jitter adds up to as much again, so the [`CONCURRENCY`] creates that a
+/// dropped connection fails together do not all come back at the same instant.
+const RETRY_FIRST: Duration = Duration::from_millis(400);
+const RETRY_CAP: Duration = Duration::from_millis(6_400);
 
 /// Creates `obj` (an existing one counts: a retried create may have gone through), then
 /// merges `status` into its status subresource; each step retried.
@@ -76,6 +82,7 @@ where
 {
     let name = obj.meta().name.clone().unwrap_or_default();
     let mut attempt = 0;
+    let mut backoff = Backoff::with_bounds(RETRY_FIRST, RETRY_CAP, entropy_seed());
     loop {
         let created = match api.create(&PostParams::default(), obj).await {
             Ok(_) => Ok(()),
@@ -96,7 +103,7 @@ where
             }
             Err(_) => {
                 attempt += 1;
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

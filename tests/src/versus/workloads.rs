@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use svcplane_webhook::retry::{Backoff, entropy_seed};
 
 use super::observer::{Observer, PodChange};
 use crate::sim::cluster::{
@@ -131,6 +132,11 @@ const LARGE_CONCURRENCY: usize = 8;
 const PODS_PER_NODE: usize = 30;
 /// Attempts per request: a loaded API server closes a connection now and then.
 const ATTEMPTS: u32 = 5;
+/// Bounds of the wait between attempts: the base doubles 200 ms → 1.6 s over the four
+/// retries and jitter adds up to as much again, so requests failed together by one
+/// dropped connection do not all come back at the same instant.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_CAP: Duration = Duration::from_millis(3_200);
 const HASH_OLD: &str = "7d9f8c6b5";
 const HASH_NEW: &str = "5c4b8d7f9";
 
@@ -279,6 +285,7 @@ where
     Fut: Future<Output = Result<T, kube::Error>>,
 {
     let mut attempt = 0;
+    let mut backoff = Backoff::with_bounds(RETRY_FIRST, RETRY_CAP, entropy_seed());
     loop {
         match op().await {
             Ok(_) => return Ok(()),
@@ -288,7 +295,7 @@ where
             }
             Err(_) => {
                 attempt += 1;
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
