@@ -361,6 +361,25 @@ async fn ready_addresses(slices: &Api<EndpointSlice>) -> Vec<String> {
     out
 }
 
+/// The ready addresses of `web`'s Endpoints object, sorted.
+fn endpoints_ips(c: &NodeCluster) -> Vec<String> {
+    let out = kubectl(
+        c,
+        &[
+            "-n",
+            APP_NS,
+            "get",
+            "endpoints",
+            "web",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ],
+    );
+    let mut ips: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
+    ips.sort();
+    ips
+}
+
 /// The IPs of `web`'s Pods that are Ready.
 fn ready_pod_ips(c: &NodeCluster) -> Vec<String> {
     let out = kubectl(
@@ -663,21 +682,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     kubectl(&c, &["-n", APP_NS, "rollout", "restart", "deployment/web"]);
     rollout_status(&c, APP_NS, "web", "180s");
     let followed = slices_follow(&c, &slices, 2, "slices follow the rollout").await;
-    let endpoints = kubectl(
-        &c,
-        &[
-            "-n",
-            APP_NS,
-            "get",
-            "endpoints",
-            "web",
-            "-o",
-            "jsonpath={.subsets[*].addresses[*].ip}",
-        ],
-    );
-    let mut endpoints: Vec<String> = endpoints.split_whitespace().map(str::to_owned).collect();
-    endpoints.sort();
-    assert_eq!(endpoints, ready_pod_ips(&c), "Endpoints follow too");
+    assert_eq!(endpoints_ips(&c), ready_pod_ips(&c), "Endpoints follow too");
     println!(
         "svcplane alone: scale 5->2 and a rolling update followed ({:.1}s after rollout status)",
         followed.as_secs_f64()
@@ -879,21 +884,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     until(
         Duration::from_secs(60),
         "Endpoints written again",
-        || async {
-            let ips = kubectl(
-                &c,
-                &[
-                    "-n",
-                    APP_NS,
-                    "get",
-                    "endpoints",
-                    "web",
-                    "-o",
-                    "jsonpath={.subsets[*].addresses[*].ip}",
-                ],
-            );
-            (ips.split_whitespace().count() == 4).then_some(())
-        },
+        || async { (endpoints_ips(&c).len() == 4).then_some(()) },
     )
     .await;
     kubectl(&c, &["-n", APP_NS, "delete", "service", "web-pods"]);
