@@ -72,10 +72,7 @@ impl TokenBucket {
         if !self.is_limited() {
             return Duration::ZERO;
         }
-        let refill = self.last.map_or(0.0, |last| {
-            now.saturating_duration_since(last).as_secs_f64() * self.qps
-        });
-        let tokens = (self.tokens + refill).min(self.burst);
+        let tokens = self.tokens_at(now);
         if tokens >= 1.0 - TOKEN_EPSILON {
             Duration::ZERO
         } else {
@@ -89,11 +86,15 @@ impl TokenBucket {
         if !self.is_limited() {
             return 0.0;
         }
+        (1.0 - self.tokens_at(now) / self.burst).clamp(0.0, 1.0)
+    }
+
+    /// The tokens there would be at `now`, without refilling (possibly in debt).
+    fn tokens_at(&self, now: Instant) -> f64 {
         let refill = self.last.map_or(0.0, |last| {
             now.saturating_duration_since(last).as_secs_f64() * self.qps
         });
-        let tokens = (self.tokens + refill).min(self.burst);
-        (1.0 - tokens / self.burst).clamp(0.0, 1.0)
+        (self.tokens + refill).min(self.burst)
     }
 
     /// Take a token now, into debt if need be; how long until it would have existed.
