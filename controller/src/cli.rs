@@ -48,7 +48,7 @@ Start with:
   svcplane crd | kubectl apply -f -   the AllocationClaim CRD the webhook needs
   svcplane rbac [RUN FLAGS]           the RBAC objects `run` needs with those flags
 
-Documentation: README.md and charts/svcplane/README.md in the repository.";
+Documentation: README.md, docs/ and charts/svcplane/README.md in the repository.";
 
 /// The `svcplane` command line.
 #[derive(Debug, Parser)]

@@ -21,7 +21,7 @@ pub fn process_needs(options: &RunOptions) -> ProcessNeeds {
     let webhook = options.webhook.as_ref();
     ProcessNeeds {
         webhook: webhook.is_some(),
-        self_managed_certs: webhook.and_then(|w| match &w.certs {
+        self_managed_certs: webhook.and_then(|w| match &w.serving.certs {
             CertPlan::SelfManaged {
                 namespace,
                 name,
@@ -56,7 +56,7 @@ pub fn rules(options: &RunOptions) -> Vec<Rule> {
 pub fn run(args: &RbacArgs) -> anyhow::Result<String> {
     let options = RunOptions::from_args(&args.run)?;
     let subject_namespace =
-        crate::webhook_cmd::namespace_or_pod(args.service_account_namespace.as_deref());
+        crate::process::namespace_or_pod(args.service_account_namespace.as_deref());
     Ok(render(
         &rules(&options),
         &args.name,

@@ -21,44 +21,33 @@ use kube::Client;
 use svcplane_allocator::AllocatorConfig;
 use svcplane_webhook::metrics::WebhookMetrics;
 use svcplane_webhook::retry::{Backoff, Outage, wait};
-use svcplane_webhook::server::{ServerConfig, bind};
-use svcplane_webhook::shell::certs::CertPlan;
 use svcplane_webhook::shell::repair::RepairConfig;
 use svcplane_webhook::shell::{
     KubeClaims, ServiceSource, Started, Webhook, WebhookOptions, start_watches,
 };
-use svcplane_webhook::tls::CertStatus;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
 use crate::kube_client::{self, Clients, users};
 use crate::leader::{self, LeaderElector};
+use crate::process::{AdminError, AdminServers, Serving, ServingState, serve_webhook};
 use crate::shell::admin;
 use crate::shell::cache::{Cache, Resource};
+use crate::shell::coalescing::Coalescing;
 use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
 use crate::shell::metrics::Metrics;
-use crate::shell::options::Coalescing;
 use crate::shell::runtime::{self, ControllerOptions, Controllers};
-use crate::shell::secure_metrics::{self, SecureMetrics};
+use crate::shell::secure_metrics::SecureMetrics;
 
-/// How long in-flight admission requests may finish after a shutdown signal.
-pub const WEBHOOK_DRAIN: Duration = Duration::from_secs(5);
 /// How long releasing the Lease may take at shutdown (on top of the grace period).
 pub const LEASE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default namespace of the Lease without `--leader-elect-resource-namespace` and
-/// `POD_NAMESPACE`.
-pub const DEFAULT_LEASE_NAMESPACE: &str = crate::webhook_cmd::DEFAULT_NAMESPACE;
 
 /// The webhook side of a run.
 #[derive(Debug, Clone)]
 pub struct WebhookRun {
-    pub bind_address: std::net::SocketAddr,
-    /// Where the serving certificate comes from.
-    pub certs: CertPlan,
-    pub request_timeout: Duration,
-    /// How often the certificate (files or Secret) is looked at again.
-    pub reload_interval: Duration,
+    /// Where and how it serves HTTPS.
+    pub serving: Serving,
     pub options: WebhookOptions,
 }
 
@@ -94,13 +83,7 @@ pub enum RunError {
     #[error("webhook: {0}")]
     Webhook(String),
     #[error(transparent)]
-    SecureMetrics(#[from] crate::shell::secure_metrics::SecureMetricsError),
-    #[error("admin server on {address}: {source}")]
-    Admin {
-        address: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    Admin(#[from] AdminError),
 }
 
 impl RunOptions {
@@ -148,13 +131,10 @@ impl RunOptions {
         };
         let webhook = if args.webhook {
             let w = &args.webhook_server;
-            let certs = crate::webhook_cmd::cert_plan(w)
+            let serving = Serving::from_flags(w)
                 .map_err(|e| anyhow::anyhow!("{e} (or run with --webhook=false)"))?;
             Some(WebhookRun {
-                bind_address: w.webhook_bind_address,
-                certs,
-                request_timeout: w.webhook_request_timeout,
-                reload_interval: w.tls_reload_interval,
+                serving,
                 options: WebhookOptions {
                     allocator,
                     seed,
@@ -182,9 +162,8 @@ impl RunOptions {
                 retry_period: args.leader_elect_retry_period,
             };
             params.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            let namespace = crate::webhook_cmd::namespace_or_pod(
-                args.leader_elect_resource_namespace.as_deref(),
-            );
+            let namespace =
+                crate::process::namespace_or_pod(args.leader_elect_resource_namespace.as_deref());
             Some(LeaderRun {
                 namespace,
                 name: args.leader_elect_resource_name.clone(),
@@ -225,32 +204,6 @@ impl RunOptions {
         options.metrics_bind = None;
         options
     }
-}
-
-/// The webhook's readiness inputs, set once it has started.
-type WebhookState = Arc<
-    std::sync::OnceLock<(
-        Arc<CertStatus>,
-        Arc<Webhook<KubeClaims>>,
-        Arc<svcplane_webhook::shell::ranges::ServiceCidrSink>,
-    )>,
->;
-
-/// What `/readyz` says about the Service ranges: those in force, and any disagreement
-/// between the flags and the cluster's ServiceCIDRs.
-pub(crate) fn range_notes(
-    ranges: &svcplane_webhook::shell::ranges::ServiceCidrSink,
-) -> Vec<String> {
-    let mut notes = Vec::new();
-    let in_force = ranges.ranges();
-    if !in_force.is_empty() {
-        notes.push(format!(
-            "service ranges (ServiceCIDR objects): {}",
-            in_force.join(", ")
-        ));
-    }
-    notes.extend(ranges.notice());
-    notes
 }
 
 /// What a running process exposes to its embedder (tests, the simulator). It holds
@@ -347,60 +300,32 @@ pub async fn run_with_handle(
     let metrics = handle.metrics.clone();
     let api_ok = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The webhook side, if any: filled in once started, read by /readyz.
-    let webhook_state: WebhookState = Arc::default();
-    let admin_stop = CancellationToken::new();
-    let secure = match &options.secure_metrics {
-        Some(settings) => Some(
-            secure_metrics::serve(
-                settings,
-                metrics.clone(),
-                clients.get(users::METRICS_AUTH),
-                admin_stop.clone(),
-            )
-            .await?,
-        ),
-        None => None,
+    let webhook_state = ServingState::default();
+    let ready: admin::ReadinessCheck = {
+        let (api_ok, webhook_state) = (api_ok.clone(), webhook_state.clone());
+        let with_webhook = options.webhook.is_some();
+        Arc::new(move || {
+            if !api_ok.load(std::sync::atomic::Ordering::Acquire) {
+                return Err("API server not reached yet".into());
+            }
+            if with_webhook {
+                webhook_state.readiness()
+            } else {
+                Ok(Vec::new())
+            }
+        })
     };
-    let admin = match options.metrics_bind {
-        Some(address) => {
-            let ready: admin::ReadinessCheck = {
-                let (api_ok, webhook_state) = (api_ok.clone(), webhook_state.clone());
-                let with_webhook = options.webhook.is_some();
-                Arc::new(move || {
-                    if !api_ok.load(std::sync::atomic::Ordering::Acquire) {
-                        return Err("API server not reached yet".into());
-                    }
-                    if !with_webhook {
-                        return Ok(Vec::new());
-                    }
-                    match webhook_state.get() {
-                        None => Err("webhook not started (no serving certificate yet)".into()),
-                        Some((_, w, _)) if w.not_ready_reason().is_some() => Err(format!(
-                            "webhook: {}",
-                            w.not_ready_reason().unwrap_or_default()
-                        )),
-                        Some((certs, _, _)) if !certs.is_loaded() => {
-                            Err("webhook: no valid certificate loaded".into())
-                        }
-                        Some((_, _, ranges)) => Ok(range_notes(ranges)),
-                    }
-                })
-            };
-            Some(
-                admin::serve(
-                    address,
-                    secure.as_ref().map(|s| s.local_addr),
-                    metrics.clone(),
-                    ready,
-                    shutdown.clone(),
-                    admin_stop.clone(),
-                )
-                .await
-                .map_err(|source| RunError::Admin { address, source })?,
-            )
-        }
-        None => None,
-    };
+    let admin = AdminServers::start(
+        options.metrics_bind,
+        options
+            .secure_metrics
+            .as_ref()
+            .map(|s| (s, clients.get(users::METRICS_AUTH))),
+        metrics.clone(),
+        ready,
+        shutdown.clone(),
+    )
+    .await?;
 
     let result = run_inner(
         clients,
@@ -411,13 +336,7 @@ pub async fn run_with_handle(
         &webhook_state,
     )
     .await;
-    admin_stop.cancel();
-    if let Some(a) = admin {
-        let _ = a.task.await;
-    }
-    if let Some(s) = secure {
-        let _ = s.task.await;
-    }
+    admin.stop().await;
     result
 }
 
@@ -427,7 +346,7 @@ async fn run_inner(
     shutdown: &CancellationToken,
     handle: &Arc<RunHandle>,
     api_ok: &Arc<std::sync::atomic::AtomicBool>,
-    webhook_state: &WebhookState,
+    webhook_state: &ServingState,
 ) -> Result<(), RunError> {
     let client = clients.get(users::WEBHOOK);
     if !wait_for_api(&clients.get(users::INFORMERS), shutdown).await {
@@ -470,14 +389,19 @@ async fn run_inner(
         }
         // The HTTPS server in the background: a self-managed certificate may take a
         // while (or need RBAC fixed), and the controllers must not wait for it.
-        let serving = tokio::spawn(serve_webhook(
-            w.clone(),
-            client.clone(),
-            started.webhook.clone(),
-            started.service_cidr_sink().clone(),
-            webhook_state.clone(),
-            shutdown.clone(),
-        ));
+        let serving = {
+            let (w, client, webhook, ranges, state, shutdown) = (
+                w.serving.clone(),
+                client.clone(),
+                started.webhook.clone(),
+                started.service_cidr_sink().clone(),
+                webhook_state.clone(),
+                shutdown.clone(),
+            );
+            tokio::spawn(async move {
+                serve_webhook(&w, &client, webhook, ranges, state, shutdown).await
+            })
+        };
         spawned.0.push(serving.abort_handle());
         webhook = Some((started, serving));
     }
@@ -610,54 +534,6 @@ async fn run_inner(
     }
     webhook_watches.cancel();
     outcome
-}
-
-/// The webhook's HTTPS server: its certificate (self-managed: the first pass over the
-/// Secret, retried until it works or shutdown), then serving until shutdown and the
-/// drain. A server that cannot start stops the whole process (as a bad flag would):
-/// it cancels `shutdown` and returns the error.
-async fn serve_webhook(
-    w: WebhookRun,
-    client: Client,
-    webhook: Arc<Webhook<KubeClaims>>,
-    ranges: Arc<svcplane_webhook::shell::ranges::ServiceCidrSink>,
-    state: WebhookState,
-    shutdown: CancellationToken,
-) -> Result<(), String> {
-    let prepared = svcplane_webhook::shell::certs::prepare(
-        &w.certs,
-        &client,
-        w.reload_interval,
-        shutdown.clone(),
-    )
-    .await;
-    let Some((certs, cert_loop)) = prepared else {
-        return Ok(());
-    };
-    let server = ServerConfig {
-        bind_address: w.bind_address,
-        certs,
-        request_timeout: w.request_timeout,
-        reload_interval: w.reload_interval,
-        drain: WEBHOOK_DRAIN,
-    };
-    let result = match bind(webhook.clone(), server, shutdown.clone()).await {
-        Ok(running) => {
-            webhook.metrics().cert.serving(running.certs());
-            let _ = state.set((running.certs(), webhook, ranges));
-            running.wait().await.map_err(|e| format!("{e:#}"))
-        }
-        Err(e) => {
-            let msg = format!("{e:#}");
-            error!(error = %msg, "the webhook server cannot start; stopping");
-            shutdown.cancel();
-            Err(msg)
-        }
-    };
-    if let Some(t) = cert_loop {
-        t.abort();
-    }
-    result
 }
 
 /// `svcplane run` from the command line: build the client (with the QPS limit),

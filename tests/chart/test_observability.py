@@ -3,15 +3,15 @@
 - every PromQL expression (dashboard panels and variables, alert rules) parses
   (promql-parser, the Rust crate's Python binding, pinned in tests/chart/run.sh);
 - every metric an expression names is one svcplane exports: the metrics table
-  of the top-level README ("### Probes and metrics"); the rules may also name
-  the kube-apiserver metrics the README's "## Alerts and runbooks" lists in its
+  of docs/reference/metrics.md ("# Probes and metrics"); the rules may also name
+  the kube-apiserver metrics docs/operate/runbooks.md lists in its
   "kube-apiserver metric" table, and nothing else of kube-apiserver's;
 - every selector carries the scoping matchers (the dashboard's $namespace/$job
   variables, the rules' metrics.prometheusRule.selector, or for kube-apiserver's
   metrics metrics.prometheusRule.apiserverSelector), since kube-apiserver and
   kube-controller-manager export some of the same names;
 - every alert has a severity, a summary, a description whose $labels exist in
-  the expression's result, and a runbook_url whose anchor is a README heading;
+  the expression's result, and a runbook_url whose anchor is a runbooks heading;
 - the values (thresholds, durations, disabled, selector, namespaces, labels)
   reach the rendered objects;
 - with promtool on PATH (or $PROMTOOL), the alerts fire and stay silent as
@@ -37,11 +37,13 @@ import yaml
 from test_chart import CHART, CI_VARIANTS, HERE, NAMESPACE, REPO, merged_values, objects, of_kind, one, \
     render_objects, schema_error, webhook_entries
 
-README = REPO / "README.md"
+# The operator's documents these checks hold to: the metrics table and the runbooks.
+METRICS_DOC = REPO / "docs" / "reference" / "metrics.md"
+RUNBOOKS = REPO / "docs" / "operate" / "runbooks.md"
 DASHBOARD = CHART / "files" / "dashboard.json"
 
 # The webhook's metrics the dashboard and the alerts rely on (webhook/src/metrics.rs),
-# with their types: the README table must list them (test_readme_metrics_table_is_read).
+# with their types: the metrics table (docs/reference/metrics.md) must list them (test_readme_metrics_table_is_read).
 WEBHOOK_METRICS = {
     "svcplane_webhook_reviews_total": "counter",
     "svcplane_webhook_review_duration_seconds": "histogram",
@@ -65,7 +67,7 @@ WEBHOOK_ALERTS = {"SvcplaneWebhookErrors", "SvcplaneWebhookDenialsRising", "Svcp
 DEFAULT_SELECTOR = {"job": "svcplane-metrics", "namespace": NAMESPACE}
 # metrics.prometheusRule.apiserverSelector's default: kube-prometheus-stack's job for kube-apiserver.
 DEFAULT_APISERVER_SELECTOR = {"job": "apiserver"}
-RUNBOOK_BASE = "https://github.com/svcplane/svcplane/blob/main/README.md"
+RUNBOOK_BASE = "https://github.com/svcplane/svcplane/blob/main/docs/operate/runbooks.md"
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
@@ -74,7 +76,7 @@ METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 def _subsystem_prefix(previous: str) -> list[str]:
     """Prefixes an abbreviation `..._rest` may continue: what precedes `rest` in the
-    previous name of the cell. The README abbreviates after the subsystem
+    previous name of the cell. The table abbreviates after the subsystem
     (`endpoint_slice_controller_`, `kube_apiserver_nodeport_allocator_`); a name without
     one allows every `_`-prefix of the previous name."""
     m = re.match(r"(.*_(?:controller|allocator)_)", previous)
@@ -84,12 +86,12 @@ def _subsystem_prefix(previous: str) -> list[str]:
 
 
 def _expand(token: str, previous: str | None) -> list[str]:
-    """Metric names of one backticked README token: `..._x` abbreviations (after the
+    """Metric names of one backticked metrics-table token: `..._x` abbreviations (after the
     previous name in the same cell), `a_{b,c}_d` alternatives, and a trailing label
     set `name{label}` dropped."""
     token = re.sub(r"(?<=[a-zA-Z0-9])\{[^{}]*\}$", "", token.strip())
     if token.startswith("..."):
-        assert previous, f"README metrics table: {token!r} abbreviates nothing"
+        assert previous, f"metrics table: {token!r} abbreviates nothing"
         rest = token[3:].lstrip("_")
         stems = [p + rest for p in _subsystem_prefix(previous)]
     else:
@@ -105,26 +107,26 @@ def _expand(token: str, previous: str | None) -> list[str]:
     return names
 
 
-def _section(heading: str) -> str:
-    """README.md from `heading` to the next heading of level 2 or 3."""
-    text = README.read_text()
+def _section(doc, heading: str) -> str:
+    """`doc` from `heading` to its next heading of level 1 to 3 (or its end)."""
+    text = doc.read_text()
     start = text.index(heading)
-    end = min(i for i in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if i > 0)
-    return text[start:end]
+    ends = [i for i in (text.find(f"\n{h} ", start + 1) for h in ("#", "##", "###")) if i > 0]
+    return text[start:min(ends, default=len(text))]
 
 
 def readme_metrics() -> dict[str, str]:
-    """{name: type} of the metrics table under "### Probes and metrics" in README.md
+    """{name: type} of the metrics table under "# Probes and metrics" in docs/reference/metrics.md
     (type "histogram" where the row says so; in rows of mixed types the `_duration`
     and `_duration_seconds` names are the histograms)."""
-    return _metric_table(_section("### Probes and metrics"), "metric")
+    return _metric_table(_section(METRICS_DOC, "# Probes and metrics"), "metric")
 
 
 def readme_apiserver_metrics() -> dict[str, str]:
     """{name: type} of kube-apiserver's metrics the alerts read: the table headed
-    "kube-apiserver metric" in the introduction of README's "## Alerts and runbooks".
+    "kube-apiserver metric" in the introduction of docs/operate/runbooks.md.
     These come from kube-apiserver's own scrape, never from svcplane's."""
-    return _metric_table(_section("\n## Alerts and runbooks\n"), "kube-apiserver metric")
+    return _metric_table(_section(RUNBOOKS, "# Alerts and runbooks\n"), "kube-apiserver metric")
 
 
 def _metric_table(section: str, header: str) -> dict[str, str]:
@@ -147,7 +149,7 @@ def _metric_table(section: str, header: str) -> dict[str, str]:
             names = _expand(token, previous)
             previous = names[0]
             for name in names:
-                assert METRIC_NAME.fullmatch(name), f"README metrics table: cannot read {token!r} ({name!r})"
+                assert METRIC_NAME.fullmatch(name), f"metrics table: cannot read {token!r} ({name!r})"
                 histogram = kind.startswith("histogram") or (
                     "histogram" in kind and re.search(r"_duration(_seconds)?$", name))
                 out[name] = "histogram" if histogram else "mixed" if "," in kind else kind.split(" ")[0]
@@ -181,7 +183,7 @@ def test_readme_metrics_table_is_read():
                  "kube_apiserver_clusterip_allocator_available_ips",
                  "kube_apiserver_nodeport_allocator_allocation_errors_total",
                  "svcplane_webhook_claim_repair_passes_total"):
-        assert want in names, f"{want} not read from README's metrics table: {sorted(names)}"
+        assert want in names, f"{want} not read from the metrics table: {sorted(names)}"
     assert names["svcplane_reconcile_duration_seconds"] == "histogram"
     assert names["workqueue_work_duration_seconds"] == "histogram"
     assert names["workqueue_queue_duration_seconds"] == "histogram"
@@ -189,7 +191,7 @@ def test_readme_metrics_table_is_read():
     assert names["workqueue_longest_running_processor_seconds"] != "histogram"
     assert "workqueue_depth_bucket" not in ALLOWED
     for name, kind in WEBHOOK_METRICS.items():
-        assert name in names, f"README's metrics table lacks {name}"
+        assert name in names, f"docs/reference/metrics.md lacks {name}"
         assert (names[name] == "histogram") == (kind == "histogram"), f"{name}: {names[name]}"
     assert "svcplane_webhook_review_duration_seconds_bucket" in ALLOWED
 
@@ -438,7 +440,7 @@ def readme_anchors() -> set[str]:
     spaces to '-' (repeats get -1, -2: not needed here)."""
     anchors = set()
     fenced = False
-    for line in README.read_text().splitlines():
+    for line in RUNBOOKS.read_text().splitlines():
         if line.startswith("```"):
             fenced = not fenced
         if fenced:
@@ -451,10 +453,8 @@ def readme_anchors() -> set[str]:
 
 
 def runbook_headings() -> list[str]:
-    text = README.read_text()
-    start = text.index("\n## Alerts and runbooks\n")
-    end = text.index("\n## ", start + 1)
-    return re.findall(r"^### (\S+)$", text[start:end], re.M)
+    """The runbooks: docs/operate/runbooks.md's second-level headings named like an alert."""
+    return re.findall(r"^## (Svcplane\S+)$", RUNBOOKS.read_text(), re.M)
 
 
 def test_no_prometheus_rule_by_default():
@@ -489,7 +489,7 @@ def test_rules_parse_name_only_exported_metrics_and_are_scoped(variant):
     rules = rules_of(rule_objects() if variant == "default, enabled" else objects(variant))
     exprs = {f"{r['alert']} ({r['labels']['severity']})": r["expr"] for r in rules}
     bad = unknown_metrics(exprs, ALLOWED | APISERVER_ALLOWED)
-    assert not bad, "metrics neither svcplane nor (as the README lists) kube-apiserver exports:\n" + "\n".join(bad)
+    assert not bad, "metrics neither svcplane nor (as docs/operate/runbooks.md lists) kube-apiserver exports:\n" + "\n".join(bad)
     for where, expr in exprs.items():
         for sel in selectors(parse(expr, where)):
             m = equality_matchers(sel)
@@ -512,8 +512,8 @@ def test_every_alert_has_severity_summary_description_and_a_runbook():
         assert ann["summary"].strip() and ann["description"].strip(), name
         url = ann["runbook_url"]
         assert url == f"{RUNBOOK_BASE}#{name.lower()}", url
-        assert name.lower() in anchors, f"{name}: README.md has no heading for #{name.lower()}"
-        assert name in runbook_headings(), f"{name}: no '### {name}' under '## Alerts and runbooks'"
+        assert name.lower() in anchors, f"{name}: docs/operate/runbooks.md has no heading for #{name.lower()}"
+        assert name in runbook_headings(), f"{name}: no '## {name}' in docs/operate/runbooks.md"
 
 
 def test_every_runbook_is_an_alert():

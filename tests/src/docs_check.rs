@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 /// Rule prefixes and their documents.
 const PREFIXES: [&str; 6] = ["ES", "TH", "EP", "MR", "AL", "WH"];
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
     tests.parent().unwrap_or(tests).to_path_buf()
 }
 
 /// Every source and documentation file of the repository (no `target/`, no `.git`).
-fn files() -> Vec<PathBuf> {
+pub(crate) fn files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -98,7 +98,7 @@ fn defined() -> BTreeSet<String> {
     out
 }
 
-fn relative(path: &Path) -> String {
+pub(crate) fn relative(path: &Path) -> String {
     path.strip_prefix(workspace())
         .unwrap_or(path)
         .display()

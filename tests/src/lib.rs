@@ -31,6 +31,8 @@
 pub mod binary;
 #[cfg(test)]
 mod docs_check;
+#[cfg(test)]
+mod docs_links;
 pub mod envtest;
 pub mod fake_api;
 pub mod node_cluster;
@@ -40,5 +42,7 @@ pub mod openapi_sample;
 pub mod run_env;
 pub mod sim;
 pub mod skip;
+#[cfg(test)]
+mod test_classes;
 pub mod versus;
 pub mod webhook_env;

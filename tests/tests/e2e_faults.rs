@@ -58,7 +58,7 @@ use serde_json::json;
 use svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
 use svcplane_controller::core::fixtures::{node, pod, svc};
 use svcplane_controller::core::slice_endpoints::SliceEndpoints;
-use svcplane_controller::plan::snapshot::Snapshot;
+use svcplane_controller::dump::snapshot::Snapshot;
 use svcplane_tests::binary::{SvcplaneProcess, free_port, http_get, lease_holder};
 use svcplane_tests::envtest;
 use svcplane_tests::objects::{create_node, create_pods, create_service};

@@ -258,7 +258,12 @@ async fn slices_follow(
 
 /// The application: `web` (busybox httpd answering its own Pod name, ready while
 /// /tmp/ready exists, a preStop pause so kube-proxy drops it before it stops), its
-/// Service, and a client calling it by name.
+/// Service, and a client calling it by name. A call fails when it is refused or
+/// has no answer within 5 s: a request sent to a Pod that is gone hangs (its
+/// address no longer answers ARP), so a stale endpoint still fails it, while a
+/// node busy with parallel suites (2 cores in CI) may take seconds to answer a
+/// healthy one. Answers that took 3 s or more are marked `slow <unix seconds>
+/// <duration>` and printed with the step they fell in.
 fn app_yaml(replicas: u32) -> String {
     format!(
         r#"apiVersion: v1
@@ -304,7 +309,7 @@ spec:
     - name: client
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: ["sh", "-c", "while true; do if body=$(timeout 2 wget -q -O - http://web.{APP_NS}.svc.cluster.local/ 2>&1); then echo \"ok $body\"; else echo \"FAIL $(date +%s) $body\"; fi; sleep 0.2; done"]
+      command: ["sh", "-c", "while true; do t=$(date +%s); if body=$(timeout 5 wget -q -O - http://web.{APP_NS}.svc.cluster.local/ 2>&1); then took=$(( $(date +%s) - t )); if [ $took -ge 3 ]; then echo \"ok $body slow $t ${{took}}s\"; else echo \"ok $body\"; fi; else echo \"FAIL $t $body\"; fi; sleep 0.2; done"]
 "#
     )
 }
@@ -322,6 +327,48 @@ spec:
   ports: [{{port: 8080, targetPort: http}}]
 "#
     )
+}
+
+/// When each step of the path began (unix seconds), so a failed client call can
+/// name the step it fell in: the client's FAIL lines carry `date +%s`.
+#[derive(Default)]
+struct Steps(Vec<(u64, &'static str)>);
+
+impl Steps {
+    fn enter(&mut self, step: &'static str) {
+        self.0.push((unix_now(), step));
+    }
+
+    /// The step under way at `at`, or "before the first step".
+    fn at(&self, at: u64) -> &'static str {
+        self.0
+            .iter()
+            .rev()
+            .find(|(began, _)| *began <= at)
+            .map_or("before the first step", |(_, step)| step)
+    }
+
+    /// Each line (`FAIL <unix seconds> <output>` or `slow <unix seconds> <took>`)
+    /// with the step it fell in.
+    fn place(&self, failed: &[String]) -> Vec<String> {
+        failed
+            .iter()
+            .map(|line| {
+                let at = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0);
+                format!("{line} (during {})", self.at(at))
+            })
+            .collect()
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The client's log lines so far.
@@ -520,6 +567,8 @@ async fn the_operators_path_on_a_real_kubelet() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     println!("node ready after {:.1}s", c.startup_time().as_secs_f64());
 
+    let mut steps = Steps::default();
+    steps.enter("1. the application with KCM");
     // 1. The application, with KCM's endpoint controllers.
     apply(&c, &app_yaml(3));
     rollout_status(&c, APP_NS, "web", "180s");
@@ -547,6 +596,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     .await;
     let start_mark = client_log(&c).len();
 
+    steps.enter("2. helm install");
     // 2. Install as the README says.
     let fail_open_before =
         apiserver_counter(&c, "apiserver_admission_webhook_fail_open_count", &[]);
@@ -643,6 +693,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         "{said}"
     );
 
+    steps.enter("3. overlap and hand-over");
     // 3. The overlap (both write), then the hand-over.
     kubectl(
         &c,
@@ -736,6 +787,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         &["-n", APP_NS, "exec", &unready, "--", "touch", "/tmp/ready"],
     );
 
+    steps.enter("4. leader Pod deleted");
     // 4. The leader Pod deleted: a new leader, and web never without endpoints.
     let (leader, _) = new_leader(&leases, None, Duration::from_secs(30)).await;
     let deleted = Instant::now();
@@ -774,6 +826,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     );
     assert!(failover < Duration::from_secs(15), "{failover:?}");
 
+    steps.enter("5. upgrade, rollback, test");
     // 5. upgrade, rollback (its check runs), test (nothing left).
     let mut upgrade = install_args(&["--reuse-values", "--set", "logging.level=debug"]);
     upgrade[0] = "upgrade".into();
@@ -815,6 +868,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         text(&left)
     );
 
+    steps.enter("5b. slices only");
     // 5b. Slices only, as upstream's KEP-4974 CI job runs the control plane: the
     // Endpoints and mirroring controllers off (KCM's are off since step 3), so
     // nothing writes Endpoints, and the data plane works from slices alone:
@@ -893,6 +947,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         &["-n", APP_NS, "scale", "deployment/web", "--replicas=3"],
     );
 
+    steps.enter("6. emergency switch and restore");
     // 6. Emergency switch, then restore: the CA is there at once.
     let fail_open_before =
         apiserver_counter(&c, "apiserver_admission_webhook_fail_open_count", &[]);
@@ -950,6 +1005,7 @@ async fn the_operators_path_on_a_real_kubelet() {
             - fail_open_before;
     assert_eq!(fail_open_restore, 0.0, "the restored webhook failed open");
 
+    steps.enter("7. uninstall, re-install, KCM back");
     // 7. Uninstall (KCM still off): nothing of the webhook left, endpoints kept.
     let started = Instant::now();
     ok(
@@ -1004,6 +1060,7 @@ async fn the_operators_path_on_a_real_kubelet() {
         took < 14.0,
         "the Lease left by the uninstalled release was waited out: {took:.1}s"
     );
+    steps.enter("7b. KCM back, then uninstall");
     // The README's rollback order: KCM's controllers first, then uninstall.
     c.restart_kcm(&[]).unwrap();
     ok(
@@ -1019,6 +1076,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     })
     .await;
 
+    steps.enter("8. crash-looping release");
     // 8. A release whose Pods crash-loop fails fast, saying why.
     let started = Instant::now();
     let crashing = helm(&c, &install_args(&["--set", "extraArgs={--no-such-flag}"]));
@@ -1041,8 +1099,21 @@ async fn the_operators_path_on_a_real_kubelet() {
     );
     let _ = c.helm(&["uninstall", "svcplane", "-n", NS, "--wait"]);
 
+    steps.enter("uninstall of the crash-looping release");
     let (failed, _) = failures_since(&c, start_mark);
-    assert!(failed.is_empty(), "the client's calls failed: {failed:?}");
+    let slow: Vec<String> = client_log(&c)
+        .into_iter()
+        .skip(start_mark)
+        .filter_map(|l| l.split_once(" slow ").map(|(_, at)| format!("slow {at}")))
+        .collect();
+    for line in steps.place(&slow) {
+        println!("  answered slowly: {line}");
+    }
+    assert!(
+        failed.is_empty(),
+        "the client's calls failed: {:?}",
+        steps.place(&failed)
+    );
     println!(
         "client calls through the whole path: {} (0 failed)",
         client_log(&c).len() - start_mark

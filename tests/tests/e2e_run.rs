@@ -465,7 +465,7 @@ async fn the_secure_metrics_port_serves_those_rbac_allows() {
     envtest::delete_namespace(&client, &ns).await;
 }
 
-/// Write coalescing on the shipped binary (README "Write coalescing"): it acts on
+/// Write coalescing on the shipped binary (docs/design/write-coalescing.md): it acts on
 /// pressure, not on a clock. With the client at its rate limit (`--kube-api-qps 2`),
 /// twenty Pods turning ready one after another reach the EndpointSlice and the
 /// Endpoints object in at most three writes each, and the final state is exact;

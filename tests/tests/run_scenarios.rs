@@ -611,6 +611,7 @@ async fn a_leader_that_lost_its_lease_writes_nothing_once_another_leads() {
 #[tokio::test(start_paused = true)]
 async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook() {
     use svcplane_allocator::Claim;
+    use svcplane_controller::process::Serving;
     use svcplane_controller::run_cmd::WebhookRun;
     use svcplane_webhook::handler::AdmissionHandler;
     use svcplane_webhook::shell::certs::CertPlan;
@@ -637,13 +638,15 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
     let certs = svcplane_tests::webhook_env::certs(&dir, &["127.0.0.1"]).unwrap();
     let mut opts = options();
     opts.webhook = Some(WebhookRun {
-        bind_address: "127.0.0.1:0".parse().unwrap(),
-        certs: CertPlan::Files {
-            cert: certs.cert_file.clone(),
-            key: certs.key_file.clone(),
+        serving: Serving {
+            bind_address: "127.0.0.1:0".parse().unwrap(),
+            certs: CertPlan::Files {
+                cert: certs.cert_file.clone(),
+                key: certs.key_file.clone(),
+            },
+            request_timeout: Duration::from_secs(4),
+            reload_interval: Duration::from_secs(30),
         },
-        request_timeout: Duration::from_secs(4),
-        reload_interval: Duration::from_secs(30),
         options: WebhookOptions {
             allocator: svcplane_tests::run_env::allocator(),
             seed: 1,

@@ -182,7 +182,7 @@ impl Outcome {
                      kubectl -n {namespace} get pods,endpointslices -l app.kubernetes.io/name=svcplane\n  \
                      kubectl -n {namespace} logs -l app.kubernetes.io/name=svcplane --tail=50\n  \
                      kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration -l app.kubernetes.io/name=svcplane\n\
-                     and README.md, Troubleshooting.",
+                     and docs/operate/troubleshooting.md in the repository.",
                     crate::duration::format_go_duration(*timeout)
                 ),
             ),
@@ -204,7 +204,7 @@ pub fn run(args: &CheckArgs) -> Outcome {
 }
 
 async fn check(args: &CheckArgs) -> Outcome {
-    let namespace = crate::webhook_cmd::namespace_or_pod(args.namespace.as_deref());
+    let namespace = crate::process::namespace_or_pod(args.namespace.as_deref());
     let client = match kube_client::connect(args.kubeconfig.as_deref(), "check").await {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("{e:#}")),

@@ -165,7 +165,7 @@ fn holders(world: &World, state: &AllocationState, value: Claim) -> (Vec<Holder>
         let service = h.owner.as_ref().map(owner_name);
         let holder = match &h.key {
             HolderKey::Service { namespace, name } => {
-                let key = crate::plan::snapshot::Key {
+                let key = crate::dump::snapshot::Key {
                     namespace: namespace.clone(),
                     name: name.clone(),
                 };

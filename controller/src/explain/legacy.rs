@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::core::endpoints::desired::{desired_subsets, primary_family};
 use crate::core::endpoints::{self as eps, EndpointsWrite, capacity};
 
-use super::verdict::{Dropped, port_label};
+use super::ports::port_label;
 
 /// The Endpoints object's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -63,6 +63,34 @@ pub struct SubsetRow {
 pub struct Kept {
     pub wanted: usize,
     pub kept: usize,
+}
+
+/// One address cut by the 1000-address cap, and why those.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Dropped {
+    pub address: String,
+    /// The subset's ports.
+    pub ports: Vec<String>,
+    /// Which list: ready or not ready.
+    pub ready: bool,
+    /// Addresses of that list the subset wanted and kept.
+    pub wanted: usize,
+    pub kept: usize,
+}
+
+impl Dropped {
+    pub fn message(&self) -> String {
+        format!(
+            "{} ({}) — the subset [{}] keeps {} of its {} {} addresses, the first in address order",
+            self.address,
+            if self.ready { "ready" } else { "not ready" },
+            self.ports.join(", "),
+            self.kept,
+            self.wanted,
+            if self.ready { "ready" } else { "not-ready" },
+        )
+    }
 }
 
 /// Which addresses the cap kept and dropped, per Pod.

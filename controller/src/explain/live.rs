@@ -23,7 +23,7 @@ use tracing::debug;
 
 use super::ExplainError;
 use super::world::{Availability, Source, World};
-use crate::plan::snapshot::Key;
+use crate::dump::snapshot::Key;
 
 /// What to read.
 #[derive(Debug, Clone, PartialEq, Eq)]

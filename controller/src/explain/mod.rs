@@ -19,6 +19,7 @@
 //! - `slices`, `legacy`, `hints`: the slices, the Endpoints object and the
 //!   topology hints of one Service;
 //! - `service`, `pod`, `allocation`: the four forms;
+//! - `ports`: the one way every report names a port;
 //! - `text`: the human rendering (JSON and YAML serialise the reports).
 
 pub mod allocation;
@@ -26,6 +27,7 @@ pub mod hints;
 pub mod legacy;
 pub mod live;
 pub mod pod;
+pub mod ports;
 pub mod service;
 pub mod slices;
 pub mod text;
@@ -41,7 +43,7 @@ use serde::Serialize;
 use svcplane_allocator::ConfigError;
 
 use crate::cli::{ExplainArgs, ExplainFormat, ExplainWhat};
-use crate::plan::input::InputError;
+use crate::dump::input::InputError;
 
 use self::allocation::ValueReport;
 use self::pod::PodReport;

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use crate::core::pod::{self, PodView};
-use crate::plan::snapshot::{Key, Snapshot};
+use crate::dump::snapshot::{Key, Snapshot};
 
 use super::service::explain_service;
 use super::verdict::{PodVerdict, Selection, selection};

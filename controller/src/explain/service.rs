@@ -22,14 +22,13 @@ use crate::core::endpointslice::{self, Inputs, Outcome, SkipReason, is_managed_s
 use crate::core::selector::selector_matches_pod;
 use crate::core::topology::allocation::endpoint_ready;
 use crate::core::trigger_time::TriggerTimeTracker;
-use crate::plan::snapshot::{Key, Snapshot};
+use crate::dump::snapshot::{Key, Snapshot};
 
 use super::hints::{self, HintsInputs, HintsReport, Recording};
 use super::legacy::{self, CapOutcome, EndpointsReport};
+use super::ports::port_label;
 use super::slices::{self, FinalSlice, SlicesReport};
-use super::verdict::{
-    self, Membership, PodVerdict, Selection, ServiceRules, State, Verdict, port_label,
-};
+use super::verdict::{self, Membership, PodVerdict, Selection, ServiceRules, State, Verdict};
 
 /// Everything `explain service` says.
 #[derive(Debug, Clone, PartialEq, Serialize)]

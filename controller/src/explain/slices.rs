@@ -17,7 +17,7 @@ use crate::core::endpointslice::{SlicePlan, is_managed_slice_of};
 use crate::core::slice_endpoints::SliceEndpoints;
 use crate::core::topology::allocation::endpoint_ready;
 
-use super::verdict::port_label;
+use super::ports::port_label;
 
 /// A slice after the sync.
 #[derive(Debug, Clone)]

@@ -26,7 +26,7 @@ use crate::core::keys::{ANNOTATION_TOPOLOGY_AWARE_HINTS, ANNOTATION_TOPOLOGY_MOD
 use crate::core::slice_endpoints::SliceEndpoints;
 use crate::core::topology::TopologyPolicy;
 use crate::core::topology::fixtures::{cpu_node, with_ready};
-use crate::plan::snapshot::{Key, Snapshot};
+use crate::dump::snapshot::{Key, Snapshot};
 
 fn key_of(ns: Option<&String>, name: Option<&String>) -> Key {
     Key {

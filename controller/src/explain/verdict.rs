@@ -20,7 +20,8 @@ use crate::core::nodes::NodeLookup;
 use crate::core::pod::{self, Ineligible, PodView};
 use crate::core::selector::selector_matches_pod;
 
-use super::legacy::CapOutcome;
+use super::legacy::{CapOutcome, Dropped};
+use super::ports::port_label;
 use super::slices::FinalSlice;
 
 /// Why a Pod is not an endpoint (of the slices, or of the Endpoints object).
@@ -193,34 +194,6 @@ impl MissingPort {
         format!(
             "Service port {} wants targetPort {:?}/{}, which the Pod does not declare ({have})",
             self.service_port, self.target_port, self.protocol
-        )
-    }
-}
-
-/// One address cut by the 1000-address cap, and why those.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Dropped {
-    pub address: String,
-    /// The subset's ports.
-    pub ports: Vec<String>,
-    /// Which list: ready or not ready.
-    pub ready: bool,
-    /// Addresses of that list the subset wanted and kept.
-    pub wanted: usize,
-    pub kept: usize,
-}
-
-impl Dropped {
-    pub fn message(&self) -> String {
-        format!(
-            "{} ({}) — the subset [{}] keeps {} of its {} {} addresses, the first in address order",
-            self.address,
-            if self.ready { "ready" } else { "not ready" },
-            self.ports.join(", "),
-            self.kept,
-            self.wanted,
-            if self.ready { "ready" } else { "not-ready" },
         )
     }
 }
@@ -401,16 +374,6 @@ pub fn selection(service: &Service, pod: &Pod) -> Selection {
         wanted: wanted.clone(),
         found,
     })
-}
-
-/// `name:number/protocol` of an endpoint or subset port.
-pub fn port_label(name: Option<&str>, number: Option<i32>, protocol: Option<&str>) -> String {
-    let number = number.map_or_else(|| "-".to_owned(), |n| n.to_string());
-    let protocol = protocol.unwrap_or(pod::DEFAULT_PROTOCOL);
-    match name.filter(|n| !n.is_empty()) {
-        Some(name) => format!("{name}:{number}/{protocol}"),
-        None => format!("{number}/{protocol}"),
-    }
 }
 
 fn service_port_name(sp: &ServicePort) -> String {

@@ -15,8 +15,8 @@ use k8s_openapi::api::networking::v1::IPAddress;
 use serde::de::DeserializeOwned;
 use svcplane_webhook::claim::AllocationClaim;
 
-use crate::plan::input::{self, InputError, Origin, RawObject};
-use crate::plan::snapshot::{self, Snapshot, SnapshotBuilder};
+use crate::dump::input::{self, InputError, Origin, RawObject};
+use crate::dump::snapshot::{self, Snapshot, SnapshotBuilder};
 
 /// Whether an optional kind could be read at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

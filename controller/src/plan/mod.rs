@@ -1,8 +1,8 @@
 //! `svcplane plan`: read cluster objects, run the controllers' pure cores over
 //! them, and print the writes and events they would make.
 //!
-//! - `input`: read files/stdin, split documents, parse, identify objects;
-//! - `snapshot`: decode into typed objects, keyed and sorted;
+//! - [`crate::dump`]: the dump read into a typed, sorted snapshot (shared with
+//!   `explain`);
 //! - `output`: the `{actions, events}` document;
 //! - this module: run each selected controller over the snapshot.
 //!
@@ -12,9 +12,7 @@
 //! and events to stdout instead of the objects. A closed stdout (`plan | head`)
 //! is not an error.
 
-pub mod input;
 pub mod output;
-pub mod snapshot;
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -32,9 +30,9 @@ use crate::core::trigger_time::TriggerTimeTracker;
 use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocatorConfig, ConfigError};
 
-use self::input::InputError;
 use self::output::{Action, EncodeError, Event, Object, PlanDocument, Verb};
-use self::snapshot::{Snapshot, SnapshotBuilder};
+use crate::dump::input::{self, InputError};
+use crate::dump::snapshot::{self, Snapshot, SnapshotBuilder};
 
 /// Why `plan` failed. Every variant exits 1.
 #[derive(Debug, thiserror::Error)]

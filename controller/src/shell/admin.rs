@@ -1,5 +1,5 @@
 //! The admin server: plain HTTP with `/metrics`, `/livez` and `/readyz`, on
-//! `--metrics-bind-address` (README, "Probes and metrics"). With the secure metrics
+//! `--metrics-bind-address` (docs/reference/metrics.md). With the secure metrics
 //! port on, `/metrics` is served there only and this port answers probes alone, so
 //! nobody who merely reaches the pod reads the metrics.
 //!

@@ -11,7 +11,8 @@
 //! - [`metrics`], [`admin`]: Prometheus metrics and the `/metrics`, `/livez`,
 //!   `/readyz` server; [`exposition`]: the text format upstream serves;
 //!   [`secure_metrics`], [`metrics_auth`]: `/metrics` over HTTPS for those RBAC allows;
-//! - [`options`]: the controllers' settings;
+//! - [`options`]: the controllers' settings; [`coalescing`]: how long a busy
+//!   Service's changes gather before a write;
 //! - [`access`]: the API access (RBAC) the process needs, as one table;
 //! - [`registry`]: the table of controllers `svcplane run` can run;
 //! - [`runtime`]: starting and stopping the controllers as a unit.
@@ -20,6 +21,7 @@ pub mod access;
 pub(crate) mod admin;
 pub(crate) mod apply;
 pub mod cache;
+pub mod coalescing;
 pub(crate) mod controllers;
 pub(crate) mod events;
 pub mod exposition;

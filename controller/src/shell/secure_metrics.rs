@@ -1,5 +1,5 @@
 //! The secure metrics port: `/metrics` over HTTPS, readable only by those the
-//! cluster's RBAC allows (README, "Probes and metrics"), the way
+//! cluster's RBAC allows (docs/reference/metrics.md), the way
 //! kube-controller-manager serves its `--secure-port`.
 //!
 //! The certificate comes from `--metrics-tls-cert-file`/`--metrics-tls-private-key-file`

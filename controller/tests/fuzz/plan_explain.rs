@@ -16,8 +16,8 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 use svcplane_controller::cli::{Cli, Command};
+use svcplane_controller::dump::input::InputErrorKind;
 use svcplane_controller::explain::{self, ExplainError};
-use svcplane_controller::plan::input::InputErrorKind;
 use svcplane_controller::plan::{self, PlanError};
 
 use crate::mutate::{self, Edit, Mutation};

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
-use svcplane_controller::shell::options::Coalescing;
+use svcplane_controller::shell::coalescing::Coalescing;
 use svcplane_tests::sim::{self, Config, Trace};
 
 /// Counts heap bytes (for bytes per cached Pod and the heap figures); the cost is two

@@ -24,8 +24,8 @@ use svcplane_controller::core::endpoints::MAX_CAPACITY;
 use svcplane_controller::core::endpointslice::CONTROLLER_NAME;
 use svcplane_controller::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
 use svcplane_controller::core::slice_endpoints::SliceEndpoints;
+use svcplane_controller::dump::snapshot::{Key, Snapshot};
 use svcplane_controller::plan::output::Action;
-use svcplane_controller::plan::snapshot::{Key, Snapshot};
 use svcplane_controller::plan::{PlanOptions, plan};
 
 use super::report::Budget;

@@ -34,7 +34,7 @@ pub struct Tuning {
     pub burst: u32,
     pub batch_period: Duration,
     /// Write coalescing; `None`: `svcplane run`'s default.
-    pub coalescing: Option<svcplane_controller::shell::options::Coalescing>,
+    pub coalescing: Option<svcplane_controller::shell::coalescing::Coalescing>,
 }
 
 /// CPU seconds and where they went, over one measured section.

@@ -111,7 +111,7 @@ pub struct Config {
     /// Batch period of all three controllers; `None`: 0, and S2 runs 0, 500 ms and 1 s.
     pub batch_period: Option<Duration>,
     /// Write coalescing; `None`: `svcplane run`'s default.
-    pub coalescing: Option<svcplane_controller::shell::options::Coalescing>,
+    pub coalescing: Option<svcplane_controller::shell::coalescing::Coalescing>,
     pub seed: u64,
     /// The instrumented global allocator, if the binary installed one.
     pub heap: Heap,

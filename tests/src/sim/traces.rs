@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
-use svcplane_controller::plan::snapshot::Snapshot;
+use svcplane_controller::dump::snapshot::Snapshot;
 use tokio::time::Instant;
 
 use super::cluster::{self, NodeSpec, PodFactory, PodSpec, Rng, ServiceSpec};

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE;
-use svcplane_controller::plan::snapshot::Snapshot;
+use svcplane_controller::dump::snapshot::Snapshot;
 use tokio::time::Instant;
 
 use crate::envtest;

@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use svcplane_controller::core::endpoints::MAX_CAPACITY;
 use svcplane_controller::core::keys::LABEL_SERVICE_NAME;
 use svcplane_controller::core::slice_endpoints::SliceEndpoints;
-use svcplane_controller::plan::snapshot::{Key, Snapshot};
+use svcplane_controller::dump::snapshot::{Key, Snapshot};
 
 fn key_of(meta: &ObjectMeta) -> Key {
     Key {

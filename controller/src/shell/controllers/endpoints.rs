@@ -42,7 +42,7 @@ pub struct Config {
     /// `--concurrent-endpoint-syncs`.
     pub workers: usize,
     /// `--write-coalescing-window` (used while the batch period is zero).
-    pub coalescing: crate::shell::options::Coalescing,
+    pub coalescing: crate::shell::coalescing::Coalescing,
 }
 
 #[derive(Debug, Default)]
@@ -252,8 +252,8 @@ impl Syncer for EndpointsController {
 mod tests {
     use super::*;
     use crate::core::fixtures::{endpoints as endpoints_fixture, svc};
+    use crate::shell::coalescing::Coalescing;
     use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
-    use crate::shell::options::Coalescing;
     use crate::shell::queue::RateLimit;
 
     #[tokio::test]
@@ -285,7 +285,7 @@ mod tests {
             Config {
                 workers: 1,
                 batch_period: Duration::ZERO,
-                coalescing: crate::shell::options::Coalescing::OFF,
+                coalescing: crate::shell::coalescing::Coalescing::OFF,
             },
         );
         let mut cached = endpoints_fixture("web").build();

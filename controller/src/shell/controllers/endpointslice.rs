@@ -49,7 +49,7 @@ pub struct Config {
     /// `--endpointslice-updates-batch-period`.
     pub batch_period: Duration,
     /// `--write-coalescing-window` (used while the batch period is zero).
-    pub coalescing: crate::shell::options::Coalescing,
+    pub coalescing: crate::shell::coalescing::Coalescing,
 }
 
 /// The per-Service figures behind the three gauges (ES-2.13): replaced on every pass,
@@ -512,8 +512,8 @@ mod tests {
     use crate::core::fixtures::{as_stored, node, pod, svc};
     use crate::shell::apply::WriteErrorKind;
     use crate::shell::cache::Store;
+    use crate::shell::coalescing::Coalescing;
     use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
-    use crate::shell::options::Coalescing;
     use crate::shell::queue::RateLimit;
 
     #[tokio::test]
@@ -554,7 +554,7 @@ mod tests {
                 workers: 1,
                 max_endpoints_per_slice: 100,
                 batch_period: Duration::ZERO,
-                coalescing: crate::shell::options::Coalescing::OFF,
+                coalescing: crate::shell::coalescing::Coalescing::OFF,
             },
         )
     }

@@ -249,7 +249,7 @@ pub(crate) fn queue_pod_keys(
     keys: &[String],
     withdraws: bool,
     batch_period: std::time::Duration,
-    coalescing: crate::shell::options::Coalescing,
+    coalescing: crate::shell::coalescing::Coalescing,
 ) {
     let window = if withdraws {
         coalescing.withdrawals

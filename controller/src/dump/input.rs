@@ -1,4 +1,4 @@
-//! Reading `plan` input: files or stdin, split into documents, parsed into
+//! Reading a dump (`plan -f`, `explain -f`): files or stdin, split into documents, parsed into
 //! `serde_json::Value`s and then decoded into typed objects.
 //!
 //! Two formats are accepted per source:

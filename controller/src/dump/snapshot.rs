@@ -1,4 +1,4 @@
-//! The cluster snapshot `plan` runs the controllers over: every decoded
+//! The cluster snapshot `plan` and `explain` read: every decoded
 //! object, keyed and sorted, so iteration order never depends on input order
 //! or hashing.
 
@@ -270,7 +270,7 @@ fn insert<T: DeserializeOwned + Metadata<Ty = ObjectMeta>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::input::parse_text;
+    use crate::dump::input::parse_text;
 
     fn build(text: &str) -> Result<(Snapshot, Vec<Warning>), InputError> {
         let mut b = SnapshotBuilder::default();
