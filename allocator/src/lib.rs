@@ -12,6 +12,7 @@
 
 pub mod bitmap;
 pub mod error;
+pub mod event;
 pub mod families;
 pub mod ip_allocator;
 pub mod node_port;
@@ -28,6 +29,7 @@ pub use error::{
     ConfigError, FieldError, FieldErrorType, FieldValue, IpAllocError, PortAllocError, RangeError,
     ServiceError,
 };
+pub use event::EventType;
 pub use families::ClusterFamilies;
 pub use ip_allocator::{CidrAllocator, FamilyAllocator};
 pub use node_port::{PortAllocator, PortRange};

@@ -9,6 +9,7 @@
 use k8s_openapi::api::core::v1::Service;
 
 use crate::error::ConfigError;
+use crate::event::EventType;
 use crate::ip_allocator::{CidrAllocator, FamilyAllocator};
 use crate::node_port::{PortAllocator, PortRange};
 use crate::range::{Cidr, IpFamily};
@@ -171,8 +172,8 @@ pub struct ServiceUpdate {
 /// An event the allocator (or upstream's repair loop) would record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocatorEvent {
-    /// `"Normal"` or `"Warning"`.
-    pub event_type: &'static str,
+    /// Normal or Warning.
+    pub event_type: EventType,
     /// Reason, e.g. `ClusterIPAlreadyAllocated`.
     pub reason: String,
     /// `namespace/name`.
@@ -225,7 +226,7 @@ pub fn plan_allocations(
         Err(e) => {
             // from_flags already refused every configuration that could fail here.
             plan.events.push(AllocatorEvent {
-                event_type: "Warning",
+                event_type: EventType::Warning,
                 reason: REASON_ALLOCATION_FAILED.into(),
                 object: String::new(),
                 message: e,
@@ -269,7 +270,7 @@ pub fn plan_allocations(
                     restore_claim(&mut al, *c);
                 }
                 plan.events.push(AllocatorEvent {
-                    event_type: "Warning",
+                    event_type: EventType::Warning,
                     reason: REASON_ALLOCATION_FAILED.into(),
                     object: v.key(),
                     message: e.to_string(),

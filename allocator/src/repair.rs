@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{IPAddress, ParentReference};
 
 use crate::error::PortAllocError;
+use crate::event::EventType;
 use crate::node_port::{PortAllocator, PortRange};
 use crate::range::{IpFamily, parse_ip_sloppy};
 use crate::service::Allocators;
@@ -48,8 +49,8 @@ pub enum Remedy {
 /// One repair finding: an event upstream records, and its remedy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    /// `Warning` (all repair events are warnings).
-    pub event_type: &'static str,
+    /// Warning; Normal (with no reason) for a silent requeue, which records no event.
+    pub event_type: EventType,
     /// Event reason, e.g. `ClusterIPAlreadyAllocated`.
     pub reason: &'static str,
     /// events/v1 action (`ClusterIPAllocation`, ...); empty for the NodePort repair's core/v1 events.
@@ -83,7 +84,7 @@ impl Finding {
         remedy: Remedy,
     ) -> Self {
         Self {
-            event_type: "Warning",
+            event_type: EventType::Warning,
             reason,
             action,
             object: v.key(),
@@ -95,7 +96,7 @@ impl Finding {
 
     fn on_ip(name: &str, reason: &'static str, message: String, remedy: Remedy) -> Self {
         Self {
-            event_type: "Warning",
+            event_type: EventType::Warning,
             reason,
             action: "IPAddressAllocation",
             object: name.to_string(),
@@ -305,7 +306,7 @@ pub fn repair_ip_addresses(
             {
                 // Upstream silently recreates (no event).
                 out.push(Finding {
-                    event_type: "Warning",
+                    event_type: EventType::Warning,
                     reason: "",
                     action: "",
                     object: v.key(),
@@ -363,7 +364,7 @@ pub fn repair_ip_addresses(
                     ));
                 } else {
                     out.push(Finding {
-                        event_type: "Normal",
+                        event_type: EventType::Normal,
                         reason: "",
                         action: "",
                         object: name.into(),
@@ -451,7 +452,7 @@ pub fn repair_node_ports(
         } else {
             leaks.counts.remove(&port);
             out.push(Finding {
-                event_type: "Warning",
+                event_type: EventType::Warning,
                 reason: "",
                 action: "",
                 object: String::new(),

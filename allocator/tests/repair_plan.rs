@@ -367,7 +367,10 @@ fn plan_reports_findings_and_failures() {
     assert_eq!(plan.events[0].reason, "ClusterIPAlreadyAllocated");
     assert_eq!(plan.events[0].object, "a/two");
     assert_eq!(plan.events[1].reason, "AllocationFailed");
-    assert_eq!(plan.events[1].event_type, "Warning");
+    assert_eq!(
+        plan.events[1].event_type,
+        svcplane_allocator::EventType::Warning
+    );
     assert!(
         plan.events[1]
             .message

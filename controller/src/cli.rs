@@ -15,14 +15,17 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::endpointslice::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE_LIMIT};
+use crate::shell::options::{
+    AllocatorRepairFlags, EndpointSliceFlags, EndpointsFlags, MirroringFlags,
+};
 use crate::shell::registry;
 
 /// `--help` headings, so `svcplane run --help` reads by topic.
 pub mod heading {
     pub const CONTROLLERS: &str = "Controllers";
-    pub const ENDPOINTSLICE: &str = "EndpointSlice";
-    pub const ENDPOINTS: &str = "Endpoints & mirroring";
-    pub const ALLOCATOR: &str = "Allocator & webhook";
+    pub const ENDPOINTSLICE: &str = crate::shell::options::ENDPOINTSLICE_HEADING;
+    pub const ENDPOINTS: &str = crate::shell::options::ENDPOINTS_HEADING;
+    pub const ALLOCATOR: &str = crate::shell::options::ALLOCATOR_HEADING;
     pub const TLS: &str = "Webhook TLS";
     pub const LEADER: &str = "Leader election";
     pub const API: &str = "API client";
@@ -440,74 +443,22 @@ pub struct RunArgs {
           value_parser = parse_controller_list, help_heading = heading::CONTROLLERS)]
     pub controllers: ControllerList,
 
-    /// Maximum number of endpoints in one EndpointSlice (1..=1000).
-    #[arg(long, value_name = "N", env = "SVCPLANE_MAX_ENDPOINTS_PER_SLICE",
-          default_value_t = DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
-          value_parser = clap::value_parser!(u16).range(1..=(MAX_ENDPOINTS_PER_SLICE_LIMIT as i64)),
-          help_heading = heading::ENDPOINTSLICE)]
-    pub max_endpoints_per_slice: u16,
+    // Each controller owns its flag group (kube-controller-manager's per-controller
+    // options) and turns it into its settings.
+    #[command(flatten)]
+    pub endpoint_slice: EndpointSliceFlags,
 
-    /// Maximum number of addresses mirrored per Endpoints subset (1..=1000).
-    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_MAX_ENDPOINTS_PER_SUBSET",
-          default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000),
-          help_heading = heading::ENDPOINTS)]
-    pub mirroring_max_endpoints_per_subset: u16,
+    #[command(flatten)]
+    pub endpoints: EndpointsFlags,
 
-    /// Delay before a Pod change is synced into the Endpoints object, batching the
-    /// changes that arrive meanwhile. Also the default of the two batch periods below.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
-          default_value = "0s", value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
-    pub endpoint_updates_batch_period: std::time::Duration,
-
-    /// The same for EndpointSlices (Pod and slice changes); defaults to
-    /// `--endpoint-updates-batch-period`.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
-          value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
-    pub endpointslice_updates_batch_period: Option<std::time::Duration>,
-
-    /// The same for mirrored EndpointSlices (slice changes); defaults to
-    /// `--endpoint-updates-batch-period`.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_MIRRORING_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
-          value_parser = parse_duration, help_heading = heading::ENDPOINTS)]
-    pub mirroring_endpointslice_updates_batch_period: Option<std::time::Duration>,
-
-    /// With batch periods of 0, the most a change waits for others to share its write:
-    /// a Service in a burst (synced twice within four windows) is held after each sync
-    /// for three (slices) or one (Endpoints) times how long that sync's turn took, or
-    /// longer as the controller's client spends its QPS burst (the whole window once
-    /// half of it is spent), so the wait follows pressure, never more than this window
-    /// (a quarter of it for Pods withdrawn, never behind additions). A Service not
-    /// synced recently is synced at once. 0 syncs every change at once, as upstream.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
-          default_value = "250ms", value_parser = parse_duration, help_heading = heading::ENDPOINTSLICE)]
-    pub write_coalescing_window: std::time::Duration,
-
-    /// Services synced at once by the EndpointSlice controller (1..=50).
-    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
-          help_heading = heading::ENDPOINTSLICE)]
-    pub concurrent_service_endpoint_syncs: u16,
-
-    /// Services synced at once by the Endpoints controller (1..=50).
-    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
-          help_heading = heading::ENDPOINTS)]
-    pub concurrent_endpoint_syncs: u16,
-
-    /// Endpoints objects synced at once by the mirroring controller (1..=50).
-    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
-          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
-          help_heading = heading::ENDPOINTS)]
-    pub mirroring_concurrent_service_endpoint_syncs: u16,
+    #[command(flatten)]
+    pub mirroring: MirroringFlags,
 
     #[command(flatten, next_help_heading = heading::ALLOCATOR)]
     pub ranges: AllocatorRanges,
 
-    /// How often the allocator repair looks for duplicate and out-of-range values.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ALLOCATOR_REPAIR_INTERVAL",
-          default_value = "3m", value_parser = parse_positive_duration,
-          help_heading = heading::ALLOCATOR)]
-    pub allocator_repair_interval: std::time::Duration,
+    #[command(flatten)]
+    pub allocator_repair: AllocatorRepairFlags,
 
     /// Serve the admission webhook (`--webhook=false` to run the controllers only).
     #[arg(long, value_name = "BOOL", env = "SVCPLANE_WEBHOOK", default_value_t = true,
@@ -657,20 +608,7 @@ impl MetricsServingFlags {
     }
 }
 
-/// A duration flag: Go's `time.ParseDuration` syntax, not negative.
-pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
-    crate::duration::parse_go_duration(value).map_err(|e| e.to_string())
-}
-
-fn parse_positive_duration(value: &str) -> Result<std::time::Duration, String> {
-    let d = parse_duration(value)?;
-    if d.is_zero() {
-        return Err(format!(
-            "invalid duration {value:?}: must be greater than zero"
-        ));
-    }
-    Ok(d)
-}
+pub use crate::duration::{parse_duration, parse_positive_duration};
 
 fn parse_qps(value: &str) -> Result<f64, String> {
     match value.parse::<f64>() {
@@ -1218,11 +1156,14 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(r.max_endpoints_per_slice, 100);
-        assert_eq!(r.mirroring_max_endpoints_per_subset, 1000);
-        assert_eq!(r.endpoint_updates_batch_period, std::time::Duration::ZERO);
-        assert_eq!(r.endpointslice_updates_batch_period, None);
-        assert_eq!(r.concurrent_service_endpoint_syncs, 5);
+        assert_eq!(r.endpoint_slice.max_endpoints_per_slice, 100);
+        assert_eq!(r.mirroring.mirroring_max_endpoints_per_subset, 1000);
+        assert_eq!(
+            r.endpoints.endpoint_updates_batch_period,
+            std::time::Duration::ZERO
+        );
+        assert_eq!(r.endpoint_slice.endpointslice_updates_batch_period, None);
+        assert_eq!(r.endpoint_slice.concurrent_service_endpoint_syncs, 5);
         assert_eq!(r.kube_api_qps, 20.0);
         assert_eq!(r.kube_api_burst, 30);
         assert_eq!(r.metrics.metrics_bind_address.to_string(), "0.0.0.0:8080");
@@ -1243,7 +1184,7 @@ mod tests {
         assert_eq!(r.leader_elect_resource_name, "svcplane");
         assert_eq!(r.leader_elect_resource_namespace, None);
         assert_eq!(
-            r.allocator_repair_interval,
+            r.allocator_repair.allocator_repair_interval,
             std::time::Duration::from_secs(180)
         );
         assert_eq!(r.log_format, LogFormat::Text);
@@ -1383,14 +1324,15 @@ mod tests {
                 let r = run(&["--webhook=false", &arg])
                     .unwrap_or_else(|e| panic!("{flag}={value}: {e}"));
                 let got = match flag {
-                    "--endpoint-updates-batch-period" => r.endpoint_updates_batch_period,
+                    "--endpoint-updates-batch-period" => r.endpoints.endpoint_updates_batch_period,
                     "--endpointslice-updates-batch-period" => {
-                        r.endpointslice_updates_batch_period.unwrap()
+                        r.endpoint_slice.endpointslice_updates_batch_period.unwrap()
                     }
-                    "--mirroring-endpointslice-updates-batch-period" => {
-                        r.mirroring_endpointslice_updates_batch_period.unwrap()
-                    }
-                    "--allocator-repair-interval" => r.allocator_repair_interval,
+                    "--mirroring-endpointslice-updates-batch-period" => r
+                        .mirroring
+                        .mirroring_endpointslice_updates_batch_period
+                        .unwrap(),
+                    "--allocator-repair-interval" => r.allocator_repair.allocator_repair_interval,
                     "--leader-elect-lease-duration" => r.leader_elect_lease_duration,
                     "--leader-elect-renew-deadline" => r.leader_elect_renew_deadline,
                     "--leader-elect-retry-period" => r.leader_elect_retry_period,

@@ -210,6 +210,22 @@ fn fixed(value: u64, div: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
+/// A duration flag's value parser: Go's `time.ParseDuration` syntax, not negative.
+pub fn parse_duration(value: &str) -> Result<Duration, String> {
+    parse_go_duration(value).map_err(|e| e.to_string())
+}
+
+/// As [`parse_duration`], refusing zero (intervals).
+pub fn parse_positive_duration(value: &str) -> Result<Duration, String> {
+    let d = parse_duration(value)?;
+    if d.is_zero() {
+        return Err(format!(
+            "invalid duration {value:?}: must be greater than zero"
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

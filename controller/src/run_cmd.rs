@@ -34,8 +34,6 @@ use crate::leader::{self, LeaderElector};
 use crate::process::{AdminError, AdminServers, Serving, ServingState, serve_webhook};
 use crate::shell::admin;
 use crate::shell::cache::{Cache, Resource};
-use crate::shell::coalescing::Coalescing;
-use crate::shell::controllers::{allocator_repair, endpoints, endpointslice, mirroring};
 use crate::shell::metrics::Metrics;
 use crate::shell::runtime::{self, ControllerOptions, Controllers};
 use crate::shell::secure_metrics::SecureMetrics;
@@ -98,33 +96,17 @@ impl RunOptions {
         let enabled = crate::shell::registry::names()
             .filter(|name| args.controllers.enables(name))
             .collect();
-        let batch = args.endpoint_updates_batch_period;
+        let batch = args.endpoints.endpoint_updates_batch_period;
         let controllers = ControllerOptions {
             enabled,
-            endpoint_slice: endpointslice::Config {
-                max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
-                workers: usize::from(args.concurrent_service_endpoint_syncs),
-                batch_period: args.endpointslice_updates_batch_period.unwrap_or(batch),
-                coalescing: Coalescing::from_window(args.write_coalescing_window),
-            },
-            endpoints: endpoints::Config {
-                batch_period: batch,
-                workers: usize::from(args.concurrent_endpoint_syncs),
-                coalescing: Coalescing::from_window(args.write_coalescing_window),
-            },
-            mirroring: mirroring::Config {
-                max_endpoints_per_subset: usize::from(args.mirroring_max_endpoints_per_subset),
-                workers: usize::from(args.mirroring_concurrent_service_endpoint_syncs),
-                batch_period: args
-                    .mirroring_endpointslice_updates_batch_period
-                    .unwrap_or(batch),
-            },
-            allocator_repair: allocator_repair::Config {
-                allocator: allocator.clone(),
-                follow_service_cidrs: args.ranges.follow_cluster(),
-                interval: args.allocator_repair_interval,
+            endpoint_slice: args.endpoint_slice.config(batch),
+            endpoints: args.endpoints.config(args.endpoint_slice.coalescing()),
+            mirroring: args.mirroring.config(batch),
+            allocator_repair: args.allocator_repair.config(
+                allocator.clone(),
+                args.ranges.follow_cluster(),
                 seed,
-            },
+            ),
             service_cidr: crate::shell::controllers::servicecidr::Config { workers: 5 },
             identity: identity.clone(),
             list_page_size: 500,

@@ -38,3 +38,13 @@ impl PlannedEvent {
         }
     }
 }
+
+/// The allocator's findings name their type with the allocator's own enum.
+impl From<svcplane_allocator::EventType> for EventType {
+    fn from(t: svcplane_allocator::EventType) -> Self {
+        match t {
+            svcplane_allocator::EventType::Normal => EventType::Normal,
+            svcplane_allocator::EventType::Warning => EventType::Warning,
+        }
+    }
+}

@@ -22,7 +22,7 @@ use tracing::debug;
 
 use crate::cli::{Controller, PlanArgs};
 use crate::core::endpointslice::{self, Inputs, Outcome, SliceWrite};
-use crate::core::event::EventType;
+
 use crate::core::selector::selector_matches_pod;
 use crate::core::topology::TopologyPolicy;
 use crate::core::trigger_time::TriggerTimeTracker;
@@ -305,11 +305,7 @@ fn emit_allocations(plan: svcplane_allocator::AllocationPlan, doc: &mut PlanDocu
         });
     }
     doc.events.extend(plan.events.into_iter().map(|e| Event {
-        event_type: if e.event_type == "Normal" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
+        event_type: e.event_type.into(),
         reason: e.reason,
         object: e.object,
         kind: None,

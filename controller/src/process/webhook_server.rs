@@ -46,7 +46,11 @@ impl Serving {
 }
 
 /// What a serving webhook reports on: its certificate, its state, its ranges.
-type Serves = (Arc<CertStatus>, Arc<Webhook<KubeClaims>>, Arc<ServiceCidrSink>);
+type Serves = (
+    Arc<CertStatus>,
+    Arc<Webhook<KubeClaims>>,
+    Arc<ServiceCidrSink>,
+);
 
 /// The webhook's readiness inputs, set once its server listens with a certificate.
 #[derive(Debug, Clone, Default)]

@@ -9,6 +9,15 @@ use super::controllers::endpointslice as es;
 use super::controllers::mirroring as mirror;
 use super::controllers::servicecidr as cidr;
 
+// Each controller's flag group, as `run` flattens them (kube-controller-manager's
+// per-controller options).
+pub use super::controllers::allocator_repair::{
+    AllocatorRepairFlags, HEADING as ALLOCATOR_HEADING,
+};
+pub use super::controllers::endpoints::{EndpointsFlags, HEADING as ENDPOINTS_HEADING};
+pub use super::controllers::endpointslice::{EndpointSliceFlags, HEADING as ENDPOINTSLICE_HEADING};
+pub use super::controllers::mirroring::MirroringFlags;
+
 /// Everything the controllers need to know.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {

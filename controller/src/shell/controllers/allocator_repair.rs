@@ -17,11 +17,42 @@ use svcplane_allocator::{AllocatorConfig, Finding};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::core::event::{EventType, PlannedEvent};
+use crate::core::event::PlannedEvent;
 use crate::shell::cache::Cache;
 use crate::shell::controllers::Controller;
 use crate::shell::events::{EventRecord, EventRecorder, object_reference};
 use tokio::task::JoinHandle;
+
+/// The `--help` heading of this controller's flags, shared with the webhook's.
+pub const HEADING: &str = "Allocator & webhook";
+
+/// The allocator repair controller's flags, flattened into `run` (the ranges it
+/// checks against are the webhook's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AllocatorRepairFlags {
+    /// How often the allocator repair looks for duplicate and out-of-range values.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ALLOCATOR_REPAIR_INTERVAL",
+          default_value = "3m", value_parser = crate::duration::parse_positive_duration,
+          help_heading = HEADING)]
+    pub allocator_repair_interval: Duration,
+}
+
+impl AllocatorRepairFlags {
+    /// The controller's settings over the ranges the allocator flags give.
+    pub fn config(
+        &self,
+        allocator: AllocatorConfig,
+        follow_service_cidrs: bool,
+        seed: u64,
+    ) -> Config {
+        Config {
+            allocator,
+            follow_service_cidrs,
+            interval: self.allocator_repair_interval,
+            seed,
+        }
+    }
+}
 
 /// Settings of the repair controller.
 #[derive(Debug, Clone)]
@@ -63,11 +94,7 @@ fn record(events: &EventRecorder, cache: &Cache, f: &Finding) {
             .and_then(|s| s.metadata.uid.clone())
     };
     let planned = PlannedEvent {
-        event_type: if f.event_type == "Normal" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
+        event_type: f.event_type.into(),
         reason: f.reason,
         message: f.message.clone(),
     };

@@ -34,6 +34,38 @@ pub(crate) const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
 /// bound, and one sync's duration is what it takes too.
 const ENDPOINTS_HOLD_PER_SYNC: HoldPerSync = HoldPerSync(1);
 
+/// The `--help` heading of this controller's flags and the mirroring controller's.
+pub const HEADING: &str = "Endpoints & mirroring";
+
+/// The Endpoints controller's flags (kube-controller-manager's
+/// `EndpointControllerOptions`), flattened into `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EndpointsFlags {
+    /// Delay before a Pod change is synced into the Endpoints object, batching the
+    /// changes that arrive meanwhile. Also the default of the two batch periods below.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
+          default_value = "0s", value_parser = crate::duration::parse_duration,
+          help_heading = HEADING)]
+    pub endpoint_updates_batch_period: Duration,
+
+    /// Services synced at once by the Endpoints controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = HEADING)]
+    pub concurrent_endpoint_syncs: u16,
+}
+
+impl EndpointsFlags {
+    /// The controller's settings; `coalescing` is `--write-coalescing-window`'s.
+    pub fn config(&self, coalescing: crate::shell::coalescing::Coalescing) -> Config {
+        Config {
+            batch_period: self.endpoint_updates_batch_period,
+            workers: usize::from(self.concurrent_endpoint_syncs),
+            coalescing,
+        }
+    }
+}
+
 /// Settings of the Endpoints controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::slice_figures::{FigureBook, Figures, SliceGauges};
 use super::slice_writes::{SliceWrites, write_slices};
 use super::{Controller, Parts, SyncError, Syncer, lock, queue_pod_keys, spawn_workers, split_key};
 use crate::core::endpointslice::tracker::SliceTracker;
@@ -40,6 +41,67 @@ pub(crate) const COMPONENT: &str = "endpoint-slice-controller";
 /// Slice events are batched at least this long (ES-2.1).
 const MIN_SLICE_EVENT_DELAY: Duration = Duration::from_secs(1);
 
+/// The `--help` heading of this controller's flags.
+pub const HEADING: &str = "EndpointSlice";
+
+/// The EndpointSlice controller's flags (kube-controller-manager's
+/// `EndpointSliceControllerOptions`, plus write coalescing), flattened into `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EndpointSliceFlags {
+    /// Maximum number of endpoints in one EndpointSlice (1..=1000).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MAX_ENDPOINTS_PER_SLICE",
+          default_value_t = crate::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
+          value_parser = clap::value_parser!(u16)
+              .range(1..=(crate::core::endpointslice::MAX_ENDPOINTS_PER_SLICE_LIMIT as i64)),
+          help_heading = HEADING)]
+    pub max_endpoints_per_slice: u16,
+
+    /// The same for EndpointSlices (Pod and slice changes); defaults to
+    /// `--endpoint-updates-batch-period`.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
+          value_parser = crate::duration::parse_duration, help_heading = HEADING)]
+    pub endpointslice_updates_batch_period: Option<Duration>,
+
+    /// With batch periods of 0, the most a change waits for others to share its write:
+    /// a Service in a burst (synced twice within four windows) is held after each sync
+    /// for three (slices) or one (Endpoints) times how long that sync's turn took, or
+    /// longer as the controller's client spends its QPS burst (the whole window once
+    /// half of it is spent), so the wait follows pressure, never more than this window
+    /// (a quarter of it for Pods withdrawn, never behind additions). A Service not
+    /// synced recently is synced at once. 0 syncs every change at once, as upstream.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
+          default_value = "250ms", value_parser = crate::duration::parse_duration,
+          help_heading = HEADING)]
+    pub write_coalescing_window: Duration,
+
+    /// Services synced at once by the EndpointSlice controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = HEADING)]
+    pub concurrent_service_endpoint_syncs: u16,
+}
+
+impl EndpointSliceFlags {
+    /// The coalescing `--write-coalescing-window` asks for (the Endpoints controller
+    /// reads it too).
+    pub fn coalescing(&self) -> crate::shell::coalescing::Coalescing {
+        crate::shell::coalescing::Coalescing::from_window(self.write_coalescing_window)
+    }
+
+    /// The controller's settings; `endpoints_batch` is `--endpoint-updates-batch-period`,
+    /// the default of this controller's own batch period.
+    pub fn config(&self, endpoints_batch: Duration) -> Config {
+        Config {
+            max_endpoints_per_slice: usize::from(self.max_endpoints_per_slice),
+            workers: usize::from(self.concurrent_service_endpoint_syncs),
+            batch_period: self
+                .endpointslice_updates_batch_period
+                .unwrap_or(endpoints_batch),
+            coalescing: self.coalescing(),
+        }
+    }
+}
+
 /// Settings of the EndpointSlice controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
@@ -52,20 +114,13 @@ pub struct Config {
     pub coalescing: crate::shell::coalescing::Coalescing,
 }
 
-/// The per-Service figures behind the three gauges (ES-2.13): replaced on every pass,
-/// so a dual-stack Service counts as its last family, as upstream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Figures {
-    desired: i64,
-    slices: i64,
-    desired_slices: i64,
-}
-
 #[derive(Debug, Default)]
 struct State {
     tracker: SliceTracker,
     trigger_times: TriggerTimeTracker,
-    figures: HashMap<String, Figures>,
+    /// The per-Service figures behind the three gauges (ES-2.13): replaced on every
+    /// pass, so a dual-stack Service counts as its last family, as upstream.
+    figures: FigureBook,
     traffic_distribution: HashMap<String, &'static str>,
 }
 
@@ -150,9 +205,7 @@ impl EndpointSliceController {
         st.tracker.forget_service(key);
         let (namespace, name) = split_key(key);
         st.trigger_times.forget(namespace, name);
-        if let Some(f) = st.figures.remove(key) {
-            self.add_figures(Figures::default(), f);
-        }
+        st.figures.set(key, None, &self.slice_gauges());
         if let Some(td) = st.traffic_distribution.remove(key) {
             self.td_gauge(td).dec();
         }
@@ -177,27 +230,24 @@ impl EndpointSliceController {
             .clone()
     }
 
-    fn add_figures(&self, new: Figures, old: Figures) {
+    fn slice_gauges(&self) -> SliceGauges<'_> {
         let m = self.parts.metrics.endpoint_slice();
-        m.endpoints_desired.inc_by(new.desired - old.desired);
-        m.num_endpoint_slices.inc_by(new.slices - old.slices);
-        m.desired_endpoint_slices
-            .inc_by(new.desired_slices - old.desired_slices);
+        SliceGauges {
+            endpoints_desired: &m.endpoints_desired,
+            slices: &m.num_endpoint_slices,
+            desired_slices: &m.desired_endpoint_slices,
+        }
     }
 
     fn record_figures(&self, key: &str, pass: &AddressTypePass) {
-        let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let new = Figures {
-            desired: to_i64(pass.stats.endpoints_desired),
-            slices: to_i64(pass.stats.slices_after),
-            desired_slices: to_i64(pass.stats.slices_desired),
-        };
-        let old = self
-            .state()
+        let new = Figures::new(
+            pass.stats.endpoints_desired,
+            pass.stats.slices_after,
+            pass.stats.slices_desired,
+        );
+        self.state()
             .figures
-            .insert(key.to_owned(), new)
-            .unwrap_or_default();
-        self.add_figures(new, old);
+            .set(key, Some(new), &self.slice_gauges());
     }
 
     fn record_traffic_distribution(&self, key: &str, service: &Service) {

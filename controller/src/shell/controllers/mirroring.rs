@@ -2,7 +2,6 @@
 //! for the hand-written Endpoints of selectorless Services, with the same stale-cache
 //! guard as the EndpointSlice controller (ES-2.10) over the slices it mirrors.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::time::Instant;
 
+use super::slice_figures::{FigureBook, Figures, SliceGauges};
 use super::slice_writes::{SliceWrites, write_slices};
 use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
 use crate::core::endpointslice::tracker::SliceTracker;
@@ -26,6 +26,43 @@ use tokio_util::sync::CancellationToken;
 /// `reportingController` of this controller's events.
 pub(crate) const COMPONENT: &str = "endpoint-slice-mirroring-controller";
 
+/// The mirroring controller's flags (kube-controller-manager's
+/// `EndpointSliceMirroringControllerOptions`), flattened into `run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MirroringFlags {
+    /// Maximum number of addresses mirrored per Endpoints subset (1..=1000).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_MAX_ENDPOINTS_PER_SUBSET",
+          default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000),
+          help_heading = super::endpoints::HEADING)]
+    pub mirroring_max_endpoints_per_subset: u16,
+
+    /// The same for mirrored EndpointSlices (slice changes); defaults to
+    /// `--endpoint-updates-batch-period`.
+    #[arg(long, value_name = "DURATION", env = "SVCPLANE_MIRRORING_ENDPOINTSLICE_UPDATES_BATCH_PERIOD",
+          value_parser = crate::duration::parse_duration, help_heading = super::endpoints::HEADING)]
+    pub mirroring_endpointslice_updates_batch_period: Option<Duration>,
+
+    /// Endpoints objects synced at once by the mirroring controller (1..=50).
+    #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_CONCURRENT_SERVICE_ENDPOINT_SYNCS",
+          default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=50),
+          help_heading = super::endpoints::HEADING)]
+    pub mirroring_concurrent_service_endpoint_syncs: u16,
+}
+
+impl MirroringFlags {
+    /// The controller's settings; `endpoints_batch` is `--endpoint-updates-batch-period`,
+    /// the default of this controller's own batch period.
+    pub fn config(&self, endpoints_batch: Duration) -> Config {
+        Config {
+            max_endpoints_per_subset: usize::from(self.mirroring_max_endpoints_per_subset),
+            workers: usize::from(self.mirroring_concurrent_service_endpoint_syncs),
+            batch_period: self
+                .mirroring_endpointslice_updates_batch_period
+                .unwrap_or(endpoints_batch),
+        }
+    }
+}
+
 /// Settings of the mirroring controller.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
@@ -37,17 +74,10 @@ pub struct Config {
     pub batch_period: Duration,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Figures {
-    desired: i64,
-    slices: i64,
-    desired_slices: i64,
-}
-
 #[derive(Debug, Default)]
 struct State {
     tracker: SliceTracker,
-    figures: HashMap<String, Figures>,
+    figures: FigureBook,
 }
 
 /// The controller.
@@ -72,27 +102,15 @@ impl MirroringController {
     }
 
     fn record_figures(&self, key: &str, stats: &MirrorStats, slices: usize, forget: bool) {
-        let to_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let new = Figures {
-            desired: to_i64(stats.endpoints_desired),
-            slices: to_i64(slices),
-            desired_slices: to_i64(stats.slices_desired),
-        };
-        let old = {
-            let mut st = self.state();
-            if forget {
-                st.figures.remove(key)
-            } else {
-                st.figures.insert(key.to_owned(), new)
-            }
-        }
-        .unwrap_or_default();
-        let new = if forget { Figures::default() } else { new };
+        let new =
+            (!forget).then(|| Figures::new(stats.endpoints_desired, slices, stats.slices_desired));
         let m = self.parts.metrics.mirroring();
-        m.endpoints_desired.inc_by(new.desired - old.desired);
-        m.num_endpoint_slices.inc_by(new.slices - old.slices);
-        m.desired_endpoint_slices
-            .inc_by(new.desired_slices - old.desired_slices);
+        let gauges = SliceGauges {
+            endpoints_desired: &m.endpoints_desired,
+            slices: &m.num_endpoint_slices,
+            desired_slices: &m.desired_endpoint_slices,
+        };
+        self.state().figures.set(key, new, &gauges);
     }
 
     fn count_change(&self, operation: &'static str) {

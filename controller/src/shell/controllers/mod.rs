@@ -16,6 +16,7 @@ pub(crate) mod endpoints;
 pub(crate) mod endpointslice;
 pub(crate) mod mirroring;
 pub(crate) mod servicecidr;
+pub(crate) mod slice_figures;
 pub(crate) mod slice_writes;
 
 use std::future::Future;
