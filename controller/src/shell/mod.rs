@@ -3,6 +3,7 @@
 //!
 //! - [`cache`]: stores of stripped objects with label indexes;
 //! - [`watch`]: kube-runtime watchers feeding the stores and emitting changes;
+//!   [`kinds`]: each watched kind described once, the runtime's handle on it;
 //! - [`queue`]: the de-duplicating, delayed, rate-limited work queue;
 //! - [`controllers`]: the EndpointSlice, Endpoints, mirroring and allocator-repair
 //!   controllers, and the event-to-key dispatch;
@@ -25,6 +26,7 @@ pub mod coalescing;
 pub(crate) mod controllers;
 pub(crate) mod events;
 pub mod exposition;
+pub(crate) mod kinds;
 pub mod metrics;
 pub(crate) mod metrics_auth;
 pub mod options;

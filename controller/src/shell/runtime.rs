@@ -12,25 +12,18 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
-use kube::Api;
 use kube::runtime::watcher;
-use svcplane_webhook::retry::{Backoff, Outage, wait};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::cache::watched_pod::WatchedPod;
-use super::cache::{Cache, Resource, strip};
+use super::cache::{Cache, Resource};
 use super::controllers::dispatch::Dispatch;
 use super::controllers::{Build, Controller};
 use super::events::EventRecorder;
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
 use super::registry::{CONTROLLERS, Descriptor};
-use super::watch::reflect;
 use crate::kube_client::{Clients, users};
 
 pub use super::options::ControllerOptions;
@@ -104,176 +97,15 @@ pub(crate) fn watch(
     page_size: u32,
     stop: &CancellationToken,
 ) -> Option<JoinHandle<()>> {
-    let config = watch_config(page_size);
-    let (cache, client, stop) = (cache.clone(), client.clone(), stop.clone());
-    let claimed = match resource {
-        Resource::Services => cache.services.claim_watch(),
-        Resource::Pods => cache.pods.claim_watch(),
-        Resource::Nodes => cache.nodes.claim_watch(),
-        Resource::EndpointSlices => cache.slices.claim_watch(),
-        Resource::Endpoints => cache.endpoints.claim_watch(),
-        Resource::ServiceCidrs => cache.service_cidrs.claim_watch(),
-        Resource::IpAddresses => cache.ip_addresses.claim_watch(),
-    };
-    if !claimed {
-        return None;
-    }
-    let name = resource.plural();
-    Some(match resource {
-        Resource::Services => tokio::spawn(reflect(
-            name,
-            Api::<Service>::all(client),
-            config,
-            cache,
-            |c| &c.services,
-            strip::service,
-            stop,
-        )),
-        // Decoded straight into the kept fields (see `watched_pod`).
-        Resource::Pods => tokio::spawn(reflect(
-            name,
-            Api::<WatchedPod>::all(client),
-            config,
-            cache,
-            |c| &c.pods,
-            strip::watched_pod,
-            stop,
-        )),
-        Resource::Nodes => tokio::spawn(reflect(
-            name,
-            Api::<Node>::all(client),
-            config,
-            cache,
-            |c| &c.nodes,
-            strip::node,
-            stop,
-        )),
-        Resource::EndpointSlices => tokio::spawn(reflect(
-            name,
-            Api::<EndpointSlice>::all(client),
-            config,
-            cache,
-            |c| &c.slices,
-            strip::endpoint_slice,
-            stop,
-        )),
-        Resource::Endpoints => tokio::spawn(reflect(
-            name,
-            Api::<Endpoints>::all(client),
-            config,
-            cache,
-            |c| &c.endpoints,
-            strip::endpoints,
-            stop,
-        )),
-        Resource::ServiceCidrs => tokio::spawn(watch_if_served(
+    let kind = resource.ops();
+    kind.claim_watch(cache).then(|| {
+        kind.spawn_watch(
             cache.clone(),
-            resource,
             client.clone(),
+            watch_config(page_size),
             stop.clone(),
-            reflect(
-                name,
-                Api::<ServiceCIDR>::all(client),
-                config,
-                cache,
-                |c| &c.service_cidrs,
-                strip::service_cidr,
-                stop,
-            ),
-        )),
-        Resource::IpAddresses => tokio::spawn(watch_if_served(
-            cache.clone(),
-            resource,
-            client.clone(),
-            stop.clone(),
-            reflect(
-                name,
-                Api::<IPAddress>::all(client),
-                config,
-                cache,
-                |c| &c.ip_addresses,
-                strip::ip_address,
-                stop,
-            ),
-        )),
+        )
     })
-}
-
-/// Runs `watch` when the API server serves `resource` (networking.k8s.io/v1 objects
-/// exist from Kubernetes 1.33); otherwise the store is empty and counts as listed, so
-/// nothing waits for it. An unreachable API server is asked again with backoff.
-async fn watch_if_served(
-    cache: Arc<Cache>,
-    resource: Resource,
-    client: kube::Client,
-    stop: CancellationToken,
-    watch: impl std::future::Future<Output = ()>,
-) {
-    let mut backoff = Backoff::from_entropy();
-    let mut outage = Outage::default();
-    loop {
-        let served = match resource {
-            Resource::ServiceCidrs => served::<ServiceCIDR>(&client).await,
-            _ => served::<IPAddress>(&client).await,
-        };
-        if served.is_ok() {
-            outage.recovered(resource.plural(), "asking whether the API server serves it");
-        }
-        match served {
-            Ok(true) => return watch.await,
-            Ok(false) => {
-                info!(
-                    resource = resource.plural(),
-                    "not served by this API server; treated as none"
-                );
-                match resource {
-                    Resource::ServiceCidrs => cache.service_cidrs.mark_listed(),
-                    _ => cache.ip_addresses.mark_listed(),
-                }
-                return;
-            }
-            Err(e) => {
-                let delay = backoff.next_delay();
-                outage.failed(
-                    resource.plural(),
-                    "cannot tell whether the API server serves it",
-                    &e,
-                    delay,
-                );
-                if !wait(delay, &stop).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Does the API server serve `K`? `Ok(false)` on 404.
-async fn served<K>(client: &kube::Client) -> Result<bool, kube::Error>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match Api::<K>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Hands `resource`'s changes to `dispatch` (from the objects already stored on).
-fn attach(cache: &Cache, resource: Resource, dispatch: &Arc<Dispatch>) {
-    match resource {
-        Resource::Services => cache.services.attach(dispatch.clone()),
-        Resource::Pods => cache.pods.attach(dispatch.clone()),
-        Resource::Nodes => cache.nodes.attach(dispatch.clone()),
-        Resource::EndpointSlices => cache.slices.attach(dispatch.clone()),
-        Resource::Endpoints => cache.endpoints.attach(dispatch.clone()),
-        Resource::ServiceCidrs => cache.service_cidrs.attach(dispatch.clone()),
-        Resource::IpAddresses => cache.ip_addresses.attach(dispatch.clone()),
-    }
 }
 
 impl Controllers {
@@ -330,7 +162,7 @@ impl Controllers {
         ));
         let tasks = TaskSet::default();
         for &r in &reads {
-            attach(&cache, r, &dispatch);
+            r.ops().attach(&cache, &dispatch);
             if let Some(t) = watch(&cache, r, &client, options.list_page_size, &stop) {
                 tasks.push(t);
             }
@@ -350,7 +182,8 @@ impl Controllers {
                 // Workers never act on a partial picture (ES-1.7): every cache the
                 // enabled controllers read has listed first. The caches raise the
                 // signal themselves.
-                let listed = futures::future::join_all(reads.iter().map(|r| cache.wait_synced(*r)));
+                let listed =
+                    futures::future::join_all(reads.iter().map(|r| r.ops().wait_synced(&cache)));
                 tokio::select! {
                     () = stop.cancelled() => return,
                     _ = listed => {}
@@ -451,8 +284,8 @@ async fn cache_size_metrics(cache: Arc<Cache>, metrics: Metrics, stop: Cancellat
             () = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        for (resource, n) in cache.sizes() {
-            metrics.set_cache_objects(resource.plural(), n);
+        for resource in Resource::ALL {
+            metrics.set_cache_objects(resource.plural(), resource.ops().len(&cache));
         }
     }
 }

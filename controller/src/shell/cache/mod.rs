@@ -820,26 +820,25 @@ pub(crate) enum Resource {
 }
 
 impl Resource {
+    /// Every kind, in a fixed order.
+    pub(crate) const ALL: [Resource; 7] = [
+        Resource::Services,
+        Resource::Pods,
+        Resource::Nodes,
+        Resource::EndpointSlices,
+        Resource::Endpoints,
+        Resource::ServiceCidrs,
+        Resource::IpAddresses,
+    ];
+
     /// The plural name (logs, metrics and RBAC rules).
     pub(crate) fn plural(self) -> &'static str {
-        match self {
-            Resource::Services => "services",
-            Resource::Pods => "pods",
-            Resource::Nodes => "nodes",
-            Resource::EndpointSlices => "endpointslices",
-            Resource::Endpoints => "endpoints",
-            Resource::ServiceCidrs => "servicecidrs",
-            Resource::IpAddresses => "ipaddresses",
-        }
+        self.ops().plural()
     }
 
     /// The API group (`""` for the core group).
     pub(crate) fn group(self) -> &'static str {
-        match self {
-            Resource::Services | Resource::Pods | Resource::Nodes | Resource::Endpoints => "",
-            Resource::EndpointSlices => "discovery.k8s.io",
-            Resource::ServiceCidrs | Resource::IpAddresses => "networking.k8s.io",
-        }
+        self.ops().group()
     }
 }
 
@@ -855,34 +854,6 @@ pub struct Cache {
     pub endpoints: Shared<EndpointsStore>,
     pub service_cidrs: Shared<ClusterStore<ServiceCIDR>>,
     pub ip_addresses: Shared<ClusterStore<IPAddress>>,
-}
-
-impl Cache {
-    /// Waits until `resource`'s store has completed a list.
-    pub(crate) async fn wait_synced(&self, resource: Resource) {
-        match resource {
-            Resource::Services => self.services.wait_synced().await,
-            Resource::Pods => self.pods.wait_synced().await,
-            Resource::Nodes => self.nodes.wait_synced().await,
-            Resource::EndpointSlices => self.slices.wait_synced().await,
-            Resource::Endpoints => self.endpoints.wait_synced().await,
-            Resource::ServiceCidrs => self.service_cidrs.wait_synced().await,
-            Resource::IpAddresses => self.ip_addresses.wait_synced().await,
-        }
-    }
-
-    /// Objects held per resource (for the cache-size metric).
-    pub(crate) fn sizes(&self) -> [(Resource, usize); 7] {
-        [
-            (Resource::Services, self.services.read().len()),
-            (Resource::Pods, self.pods.read().len()),
-            (Resource::Nodes, self.nodes.read().len()),
-            (Resource::EndpointSlices, self.slices.read().len()),
-            (Resource::Endpoints, self.endpoints.read().len()),
-            (Resource::ServiceCidrs, self.service_cidrs.read().len()),
-            (Resource::IpAddresses, self.ip_addresses.read().len()),
-        ]
-    }
 }
 
 #[cfg(test)]
