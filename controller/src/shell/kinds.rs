@@ -43,102 +43,43 @@ pub(crate) trait WatchedKind: Send + Sync + 'static {
     /// The plural name (logs, metrics and RBAC rules).
     const PLURAL: &'static str;
     /// The API group (`""` for the core group).
-    const GROUP: &'static str = "";
+    const GROUP: &'static str;
     /// Served only by some API servers (`networking.k8s.io/v1`, Kubernetes 1.33+):
     /// asked first, and an unserved kind counts as listed and empty.
-    const OPTIONAL: bool = false;
+    const OPTIONAL: bool;
     fn store(cache: &Cache) -> &Shared<Self::Store>;
     fn strip(object: Self::Api) -> <Self::Store as Store>::Item;
 }
 
-impl WatchedKind for Service {
-    type Api = Service;
-    type Store = ServiceStore;
-    const PLURAL: &'static str = "services";
-    fn store(cache: &Cache) -> &Shared<ServiceStore> {
-        &cache.services
-    }
-    fn strip(object: Service) -> Service {
-        strip::service(object)
-    }
+/// One kind per line: `Type => Store, cache field, "plural", "group", optional,
+/// strip function;` becomes that kind's `WatchedKind` impl.
+macro_rules! watched_kinds {
+    ($($api:ty => $store:ty, $field:ident, $plural:literal, $group:literal, $optional:literal, $strip:path;)*) => {$(
+        impl WatchedKind for $api {
+            type Api = $api;
+            type Store = $store;
+            const PLURAL: &'static str = $plural;
+            const GROUP: &'static str = $group;
+            const OPTIONAL: bool = $optional;
+            fn store(cache: &Cache) -> &Shared<$store> {
+                &cache.$field
+            }
+            fn strip(object: $api) -> <$store as Store>::Item {
+                $strip(object)
+            }
+        }
+    )*};
 }
 
-/// Pods are decoded straight into the kept fields (see `watched_pod`).
-impl WatchedKind for WatchedPod {
-    type Api = WatchedPod;
-    type Store = PodStore;
-    const PLURAL: &'static str = "pods";
-    fn store(cache: &Cache) -> &Shared<PodStore> {
-        &cache.pods
-    }
-    fn strip(object: WatchedPod) -> super::cache::CachedPod {
-        strip::watched_pod(object)
-    }
-}
-
-impl WatchedKind for Node {
-    type Api = Node;
-    type Store = NodeStore;
-    const PLURAL: &'static str = "nodes";
-    fn store(cache: &Cache) -> &Shared<NodeStore> {
-        &cache.nodes
-    }
-    fn strip(object: Node) -> Node {
-        strip::node(object)
-    }
-}
-
-impl WatchedKind for EndpointSlice {
-    type Api = EndpointSlice;
-    type Store = SliceStore;
-    const PLURAL: &'static str = "endpointslices";
-    const GROUP: &'static str = "discovery.k8s.io";
-    fn store(cache: &Cache) -> &Shared<SliceStore> {
-        &cache.slices
-    }
-    fn strip(object: EndpointSlice) -> EndpointSlice {
-        strip::endpoint_slice(object)
-    }
-}
-
-impl WatchedKind for Endpoints {
-    type Api = Endpoints;
-    type Store = EndpointsStore;
-    const PLURAL: &'static str = "endpoints";
-    fn store(cache: &Cache) -> &Shared<EndpointsStore> {
-        &cache.endpoints
-    }
-    fn strip(object: Endpoints) -> Endpoints {
-        strip::endpoints(object)
-    }
-}
-
-impl WatchedKind for ServiceCIDR {
-    type Api = ServiceCIDR;
-    type Store = ClusterStore<ServiceCIDR>;
-    const PLURAL: &'static str = "servicecidrs";
-    const GROUP: &'static str = "networking.k8s.io";
-    const OPTIONAL: bool = true;
-    fn store(cache: &Cache) -> &Shared<ClusterStore<ServiceCIDR>> {
-        &cache.service_cidrs
-    }
-    fn strip(object: ServiceCIDR) -> ServiceCIDR {
-        strip::service_cidr(object)
-    }
-}
-
-impl WatchedKind for IPAddress {
-    type Api = IPAddress;
-    type Store = ClusterStore<IPAddress>;
-    const PLURAL: &'static str = "ipaddresses";
-    const GROUP: &'static str = "networking.k8s.io";
-    const OPTIONAL: bool = true;
-    fn store(cache: &Cache) -> &Shared<ClusterStore<IPAddress>> {
-        &cache.ip_addresses
-    }
-    fn strip(object: IPAddress) -> IPAddress {
-        strip::ip_address(object)
-    }
+// Pods are decoded straight into the kept fields (see `watched_pod`).
+watched_kinds! {
+    Service => ServiceStore, services, "services", "", false, strip::service;
+    WatchedPod => PodStore, pods, "pods", "", false, strip::watched_pod;
+    Node => NodeStore, nodes, "nodes", "", false, strip::node;
+    EndpointSlice => SliceStore, slices, "endpointslices", "discovery.k8s.io", false, strip::endpoint_slice;
+    Endpoints => EndpointsStore, endpoints, "endpoints", "", false, strip::endpoints;
+    ServiceCIDR => ClusterStore<ServiceCIDR>, service_cidrs, "servicecidrs", "networking.k8s.io", true, strip::service_cidr;
+    IPAddress => ClusterStore<IPAddress>, ip_addresses, "ipaddresses", "networking.k8s.io", true, strip::ip_address;
 }
 
 /// What the runtime does with a kind, whichever it is.
