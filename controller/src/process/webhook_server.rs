@@ -61,7 +61,7 @@ impl ServingState {
     /// certificate and its state is ready, then the Service ranges in force.
     pub fn readiness(&self) -> Result<Vec<String>, String> {
         match self.0.get() {
-            None => Err("webhook not serving yet (no certificate)".into()),
+            None => Err("webhook not serving yet (no serving certificate)".into()),
             Some((_, webhook, _)) if webhook.not_ready_reason().is_some() => Err(format!(
                 "webhook: {}",
                 webhook.not_ready_reason().unwrap_or_default()
@@ -166,4 +166,18 @@ pub async fn serve_webhook(
         t.abort();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn before_it_serves_the_webhook_is_unready_for_want_of_a_serving_certificate() {
+        // `e2e_install` and operators' probes read these words.
+        assert_eq!(
+            ServingState::default().readiness(),
+            Err("webhook not serving yet (no serving certificate)".to_owned())
+        );
+    }
 }
