@@ -379,18 +379,6 @@ fn client_log(c: &NodeCluster) -> Vec<String> {
         .collect()
 }
 
-/// Failed calls among the client's lines after `mark` (a line count).
-fn failures_since(c: &NodeCluster, mark: usize) -> (Vec<String>, usize) {
-    let log = client_log(c);
-    let failed = log
-        .iter()
-        .skip(mark)
-        .filter(|l| l.starts_with("FAIL"))
-        .cloned()
-        .collect();
-    (failed, log.len())
-}
-
 /// The ready addresses of `web`'s EndpointSlices.
 async fn ready_addresses(slices: &Api<EndpointSlice>) -> Vec<String> {
     let list = slices
@@ -1100,10 +1088,15 @@ async fn the_operators_path_on_a_real_kubelet() {
     let _ = c.helm(&["uninstall", "svcplane", "-n", NS, "--wait"]);
 
     steps.enter("uninstall of the crash-looping release");
-    let (failed, _) = failures_since(&c, start_mark);
-    let slow: Vec<String> = client_log(&c)
-        .into_iter()
-        .skip(start_mark)
+    // One read of the client's log for the whole path: its failures and slow answers.
+    let calls: Vec<String> = client_log(&c).into_iter().skip(start_mark).collect();
+    let failed: Vec<String> = calls
+        .iter()
+        .filter(|l| l.starts_with("FAIL"))
+        .cloned()
+        .collect();
+    let slow: Vec<String> = calls
+        .iter()
         .filter_map(|l| l.split_once(" slow ").map(|(_, at)| format!("slow {at}")))
         .collect();
     for line in steps.place(&slow) {
@@ -1116,7 +1109,7 @@ async fn the_operators_path_on_a_real_kubelet() {
     );
     println!(
         "client calls through the whole path: {} (0 failed)",
-        client_log(&c).len() - start_mark
+        calls.len()
     );
     println!("teardown {:.1}s", c.stop().as_secs_f64());
 }
