@@ -4,7 +4,7 @@
 //! containers with probes and env, full status, Node images and conditions), because
 //! decoding and caching cost scales with what is on the wire, not with what the
 //! controllers read: a fixture Pod of 300 bytes would flatter the CPU and memory figures.
-//! The Pod document is the one `controller/benches/cache_memory.rs` measures (about
+//! The Pod document is the one `tests/benches/cache_memory.rs` measures (about
 //! 3.4 KB).
 //!
 //! Everything is deterministic: names, IPs and placement come from counters and a
@@ -214,7 +214,7 @@ impl PodSpec {
         pod_ip(self.ip_index)
     }
 
-    /// The Pod document (the shape of `controller/benches/cache_memory.rs`'s).
+    /// The Pod document (the shape of `tests/benches/cache_memory.rs`'s).
     pub fn to_json(&self) -> Value {
         let (app, hash, i) = (&self.app, &self.template_hash, self.ip_index);
         let ip = self.ip();

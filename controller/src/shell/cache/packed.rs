@@ -7,7 +7,7 @@
 //! JSON compressed with LZ4 about a third of that again, because an object repeats its
 //! own field names, namespace and name prefixes. Packing costs a few microseconds
 //! per watch event and unpacking under twenty per object a sync reads; at 10 000 Services the
-//! cache keeps some 160 MB less (`cargo bench -p svcplane-controller --bench
+//! cache keeps some 160 MB less (`cargo bench -p svcplane-tests --bench
 //! cache_memory` prints both sides).
 
 use std::marker::PhantomData;

@@ -6,7 +6,7 @@
 //! managedFields, two containers with images, env, resources, probes, mounts, a full
 //! status), strips it the way the watch does and inserts it into the indexed store,
 //! then reports the heap the store keeps per Pod (a counting global allocator) and the
-//! decode + strip + insert time. Run: `cargo bench -p svcplane-controller --bench cache_memory`.
+//! decode + strip + insert time. Run: `cargo bench -p svcplane-tests --bench cache_memory`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -103,7 +103,7 @@ fn main() {
             ""
         } else {
             "\n  (a smoke run with few Pods: fixed costs weigh more. The figure the README \
-             quotes is `cargo bench -p svcplane-controller --bench cache_memory`, 100 000 Pods)"
+             quotes is `cargo bench -p svcplane-tests --bench cache_memory`, 100 000 Pods)"
         }
     );
     println!(

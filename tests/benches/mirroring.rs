@@ -3,7 +3,7 @@
 //! mirrored and 500 skipped), planned from nothing and resynced unchanged.
 //! The bytes each plan would write (JSON of its slices) are printed first.
 //!
-//! Run with `cargo bench -p svcplane-controller --bench mirroring`.
+//! Run with `cargo bench -p svcplane-tests --bench mirroring`.
 
 use std::sync::Arc;
 

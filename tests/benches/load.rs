@@ -11,7 +11,7 @@
 //! from its due time. The "from send" rows count from when each request left, which
 //! leaves out queueing behind a slow predecessor on the same connection.
 //!
-//! `cargo bench -p svcplane-webhook --bench load [-- --requests 60000 --rate 1000 --connections 8]`
+//! `cargo bench -p svcplane-tests --bench load [-- --requests 60000 --rate 1000 --connections 8]`
 //!
 //! Under `cargo test` (no `--bench` argument) it does a 200-request smoke run.
 

@@ -4,7 +4,7 @@
 //! Measures desired state, repack, cap and diff; no serialization. The bytes
 //! each plan would write (JSON of its objects) are printed first.
 //!
-//! Run with `cargo bench -p svcplane-controller --bench endpoints`.
+//! Run with `cargo bench -p svcplane-tests --bench endpoints`.
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! serialization. The `*_cached` variants plan the same 1000 Pods as the
 //! runtime caches them (`CachedPod`).
 //!
-//! Run with `cargo bench -p svcplane-controller --bench reconcile`.
+//! Run with `cargo bench -p svcplane-tests --bench reconcile`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -12,7 +12,7 @@
 //!   (zero writes expected).
 //!
 //! Before the benches run, it prints how many of the 1000 Services a Node
-//! change re-queues. Run with `cargo bench -p svcplane-controller --bench hints`.
+//! change re-queues. Run with `cargo bench -p svcplane-tests --bench hints`.
 
 // A bench reports on stdout, and its setup may fail loudly.
 #![allow(clippy::print_stdout, clippy::expect_used)]

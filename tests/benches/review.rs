@@ -8,7 +8,7 @@
 //!   ClusterIP and a nodePort, claim them through an in-memory claim store, patch,
 //!   response), then the values are released again so every iteration starts equal.
 //!
-//! Run with `cargo bench -p svcplane-webhook --bench review`.
+//! Run with `cargo bench -p svcplane-tests --bench review`.
 
 #![allow(clippy::expect_used)]
 
