@@ -2,7 +2,7 @@
 //! the webhook set for these Services, and what would repair report?".
 //!
 //! Flags are parsed into an [`AllocatorConfig`]; [`plan_allocations`] rebuilds state from
-//! the given Services (existing allocations first, repair findings as events), then
+//! the given Services (existing allocations first, repair findings kept apart), then
 //! fills in every Service still lacking ClusterIP(s) or nodePort(s), in
 //! (namespace, name) order, with a seeded RNG so the plan is reproducible.
 
@@ -154,8 +154,11 @@ impl AllocatorConfig {
 pub struct AllocationPlan {
     /// One per Service that gets new values.
     pub updates: Vec<ServiceUpdate>,
-    /// Repair findings and allocation failures.
+    /// Allocation failures: what the webhook would refuse.
     pub events: Vec<AllocatorEvent>,
+    /// What the repair loops report about the existing values (duplicates,
+    /// out-of-range and invalid ones), before anything is allocated.
+    pub findings: Vec<AllocatorEvent>,
 }
 
 /// A Service with the fields the webhook would set filled in.
@@ -236,7 +239,7 @@ pub fn plan_allocations(
     };
     let rebuilt = rebuild(&mut al, services);
     for f in &rebuilt.findings {
-        plan.events.push(AllocatorEvent {
+        plan.findings.push(AllocatorEvent {
             event_type: f.event_type,
             reason: f.reason.to_string(),
             object: f.object.clone(),

@@ -322,6 +322,7 @@ fn plan_fills_only_missing_values() {
     let cfg = AllocatorConfig::from_flags("10.96.0.0/12", "30000-32767").unwrap();
     let plan = plan_allocations(&services, &cfg, 42);
     assert!(plan.events.is_empty(), "{:?}", plan.events);
+    assert!(plan.findings.is_empty(), "{:?}", plan.findings);
     let names: Vec<&str> = plan.updates.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["half", "new"], "(namespace, name) order");
     let half = &plan.updates[0].service;
@@ -345,7 +346,7 @@ fn plan_fills_only_missing_values() {
     );
 }
 
-/// plan: repair findings become events; a Service that cannot be filled gets a warning.
+/// plan: repair findings are reported apart; a Service that cannot be filled gets a warning.
 #[test]
 fn plan_reports_findings_and_failures() {
     let services = vec![
@@ -363,20 +364,21 @@ fn plan_reports_findings_and_failures() {
     let cfg = AllocatorConfig::from_flags("10.96.0.0/12", "30000-32767").unwrap();
     let plan = plan_allocations(&services, &cfg, 1);
     assert!(plan.updates.is_empty());
-    assert_eq!(plan.events.len(), 2, "{:?}", plan.events);
-    assert_eq!(plan.events[0].reason, "ClusterIPAlreadyAllocated");
-    assert_eq!(plan.events[0].object, "a/two");
-    assert_eq!(plan.events[1].reason, "AllocationFailed");
+    assert_eq!(plan.findings.len(), 1, "{:?}", plan.findings);
+    assert_eq!(plan.findings[0].reason, "ClusterIPAlreadyAllocated");
+    assert_eq!(plan.findings[0].object, "a/two");
+    assert_eq!(plan.events.len(), 1, "{:?}", plan.events);
+    assert_eq!(plan.events[0].reason, "AllocationFailed");
     assert_eq!(
-        plan.events[1].event_type,
+        plan.events[0].event_type,
         svcplane_allocator::EventType::Warning
     );
     assert!(
-        plan.events[1]
+        plan.events[0]
             .message
             .contains("provided IP is already allocated"),
         "{}",
-        plan.events[1].message
+        plan.events[0].message
     );
 }
 

@@ -15,17 +15,14 @@ use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::core::endpointslice::{DEFAULT_MAX_ENDPOINTS_PER_SLICE, MAX_ENDPOINTS_PER_SLICE_LIMIT};
-use crate::shell::options::{
-    AllocatorRepairFlags, EndpointSliceFlags, EndpointsFlags, MirroringFlags,
-};
 use crate::shell::registry;
 
 /// `--help` headings, so `svcplane run --help` reads by topic.
 pub mod heading {
     pub const CONTROLLERS: &str = "Controllers";
-    pub const ENDPOINTSLICE: &str = crate::shell::options::ENDPOINTSLICE_HEADING;
-    pub const ENDPOINTS: &str = crate::shell::options::ENDPOINTS_HEADING;
-    pub const ALLOCATOR: &str = crate::shell::options::ALLOCATOR_HEADING;
+    pub const ENDPOINTSLICE: &str = crate::shell::controllers::endpointslice::HEADING;
+    pub const ENDPOINTS: &str = crate::shell::controllers::endpoints::HEADING;
+    pub const ALLOCATOR: &str = crate::shell::controllers::allocator_repair::HEADING;
     pub const TLS: &str = "Webhook TLS";
     pub const LEADER: &str = "Leader election";
     pub const API: &str = "API client";
@@ -433,6 +430,42 @@ fn parse_controller_list(value: &str) -> Result<ControllerList, String> {
     Ok(ControllerList(items))
 }
 
+/// The flag groups of every controller in the registry, as one part of `run`'s
+/// command line: what it holds is `run`'s whole parsed command line, which each
+/// group reads its settings from ([`crate::shell::registry::settings`]).
+#[derive(Debug, Clone)]
+pub struct ControllerFlags(pub clap::ArgMatches);
+
+impl clap::Args for ControllerFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        registry::CONTROLLERS
+            .iter()
+            .fold(cmd, |cmd, d| (d.make.flags)(cmd))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for ControllerFlags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Self(matches.clone()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0 = matches.clone();
+        Ok(())
+    }
+}
+
+impl ControllerFlags {
+    /// One controller's flags as given (tests; the controllers read their settings).
+    pub fn group<F: clap::FromArgMatches>(&self) -> Result<F, clap::Error> {
+        F::from_arg_matches(&self.0)
+    }
+}
+
 /// Flags of `svcplane run` (kube-controller-manager's names where it has them).
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -443,22 +476,13 @@ pub struct RunArgs {
           value_parser = parse_controller_list, help_heading = heading::CONTROLLERS)]
     pub controllers: ControllerList,
 
-    // Each controller owns its flag group (kube-controller-manager's per-controller
-    // options) and turns it into its settings.
+    // Each registered controller's flag group (kube-controller-manager's
+    // per-controller options), which turns its flags into its settings.
     #[command(flatten)]
-    pub endpoint_slice: EndpointSliceFlags,
-
-    #[command(flatten)]
-    pub endpoints: EndpointsFlags,
-
-    #[command(flatten)]
-    pub mirroring: MirroringFlags,
+    pub controller_flags: ControllerFlags,
 
     #[command(flatten, next_help_heading = heading::ALLOCATOR)]
     pub ranges: AllocatorRanges,
-
-    #[command(flatten)]
-    pub allocator_repair: AllocatorRepairFlags,
 
     /// Serve the admission webhook (`--webhook=false` to run the controllers only).
     #[arg(long, value_name = "BOOL", env = "SVCPLANE_WEBHOOK", default_value_t = true,
@@ -786,12 +810,13 @@ pub struct PlanArgs {
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
 
-    /// Controllers to run, comma-separated.
+    /// Controllers to plan, comma-separated: `run`'s (the same names and defaults) and
+    /// `allocator`, the webhook's allocations.
     #[arg(
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_values_t = Controller::ALL.to_vec()
+        default_values_t = Controller::defaults()
     )]
     pub controllers: Vec<Controller>,
 
@@ -813,8 +838,21 @@ pub struct PlanArgs {
     #[arg(long, conflicts_with = "output")]
     pub summary: bool,
 
+    /// The time the plan is made at, RFC 3339 (`2026-11-29T08:00:00Z`): the ServiceCIDR
+    /// controller writes it into `Ready` conditions and waits out its deletion grace
+    /// from it. Default: now; give it for a byte-stable plan of ServiceCIDRs.
+    #[arg(long, value_name = "TIME", value_parser = parse_timestamp)]
+    pub now: Option<k8s_openapi::jiff::Timestamp>,
+
     #[command(flatten, next_help_heading = "Allocator")]
     pub ranges: AllocatorRanges,
+}
+
+/// Reads `--now`.
+fn parse_timestamp(value: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+    value
+        .parse()
+        .map_err(|e| format!("{value:?} is not an RFC 3339 time such as 2026-11-29T08:00:00Z: {e}"))
 }
 
 /// The allocator's range flags, shared by every subcommand that allocates.
@@ -918,40 +956,66 @@ fn parse_node_port_range(value: &str) -> Result<String, String> {
     .map_err(|e| e.to_string())
 }
 
-/// A controller `plan` can run. Adding one means adding a variant here, to
-/// `ALL`, and a match arm in `plan::plan`.
+/// A controller `plan` runs: each controller of `run`'s registry (in its order), then
+/// the admission webhook's allocator (`allocator`, which `run` serves with
+/// `--webhook`). `plan` has a planner for each; its unit tests fail for a registered
+/// controller without one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Controller {
-    EndpointSlice,
-    Endpoints,
-    EndpointSliceMirroring,
-    Allocator,
+pub struct Controller {
+    /// Output order.
+    rank: usize,
+    name: &'static str,
 }
 
+/// Every controller `plan` runs, built once from the registry (clap needs a slice
+/// that lives for the whole program).
+static PLAN_CONTROLLERS: std::sync::LazyLock<Vec<Controller>> = std::sync::LazyLock::new(|| {
+    registry::names()
+        .chain([Controller::ALLOCATOR])
+        .enumerate()
+        .map(|(rank, name)| Controller { rank, name })
+        .collect()
+});
+
 impl Controller {
-    /// Every implemented controller, in output order.
-    pub const ALL: &'static [Controller] = &[
-        Controller::EndpointSlice,
-        Controller::Endpoints,
-        Controller::EndpointSliceMirroring,
-        Controller::Allocator,
-    ];
+    /// The webhook's allocations, planned as if each Service had just been admitted.
+    pub const ALLOCATOR: &'static str = "allocator";
+
+    /// Every controller `plan` runs, in output order.
+    pub fn all() -> &'static [Controller] {
+        &PLAN_CONTROLLERS
+    }
+
+    /// The controller `name` (canonical or kube-controller-manager's) names.
+    pub fn named(name: &str) -> Option<Controller> {
+        let canonical = if name == Self::ALLOCATOR {
+            Self::ALLOCATOR
+        } else {
+            registry::canonical(name)?
+        };
+        Self::all().iter().copied().find(|c| c.name == canonical)
+    }
+
+    /// What `plan` runs without `--controllers`: what `run` runs by default, and the
+    /// allocator.
+    pub fn defaults() -> Vec<Controller> {
+        Self::all()
+            .iter()
+            .copied()
+            .filter(|c| c.name == Self::ALLOCATOR || registry::default_on(c.name))
+            .collect()
+    }
 
     /// The name used on the command line and in the output's `controller`
-    /// field (kube-controller-manager's `--controllers` names).
+    /// field (`run`'s `--controllers` names).
     pub const fn name(self) -> &'static str {
-        match self {
-            Controller::EndpointSlice => "endpointslice",
-            Controller::Endpoints => "endpoints",
-            Controller::EndpointSliceMirroring => "endpointslicemirroring",
-            Controller::Allocator => "allocator",
-        }
+        self.name
     }
 }
 
 impl ValueEnum for Controller {
     fn value_variants<'a>() -> &'a [Self] {
-        Self::ALL
+        Self::all()
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
@@ -986,6 +1050,10 @@ impl fmt::Display for OutputFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell::controllers::allocator_repair::AllocatorRepairFlags;
+    use crate::shell::controllers::endpoints::EndpointsFlags;
+    use crate::shell::controllers::endpointslice::EndpointSliceFlags;
+    use crate::shell::controllers::mirroring::MirroringFlags;
     use clap::CommandFactory;
 
     #[test]
@@ -1156,14 +1224,18 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(r.endpoint_slice.max_endpoints_per_slice, 100);
-        assert_eq!(r.mirroring.mirroring_max_endpoints_per_subset, 1000);
+        let endpoint_slice: EndpointSliceFlags = r.controller_flags.group().unwrap();
+        let endpoints: EndpointsFlags = r.controller_flags.group().unwrap();
+        let mirroring: MirroringFlags = r.controller_flags.group().unwrap();
+        let allocator_repair: AllocatorRepairFlags = r.controller_flags.group().unwrap();
+        assert_eq!(endpoint_slice.max_endpoints_per_slice, 100);
+        assert_eq!(mirroring.mirroring_max_endpoints_per_subset, 1000);
         assert_eq!(
-            r.endpoints.endpoint_updates_batch_period,
+            endpoints.endpoint_updates_batch_period,
             std::time::Duration::ZERO
         );
-        assert_eq!(r.endpoint_slice.endpointslice_updates_batch_period, None);
-        assert_eq!(r.endpoint_slice.concurrent_service_endpoint_syncs, 5);
+        assert_eq!(endpoint_slice.endpointslice_updates_batch_period, None);
+        assert_eq!(endpoint_slice.concurrent_service_endpoint_syncs, 5);
         assert_eq!(r.kube_api_qps, 20.0);
         assert_eq!(r.kube_api_burst, 30);
         assert_eq!(r.metrics.metrics_bind_address.to_string(), "0.0.0.0:8080");
@@ -1184,7 +1256,7 @@ mod tests {
         assert_eq!(r.leader_elect_resource_name, "svcplane");
         assert_eq!(r.leader_elect_resource_namespace, None);
         assert_eq!(
-            r.allocator_repair.allocator_repair_interval,
+            allocator_repair.allocator_repair_interval,
             std::time::Duration::from_secs(180)
         );
         assert_eq!(r.log_format, LogFormat::Text);
@@ -1323,16 +1395,30 @@ mod tests {
                 let arg = format!("{flag}={value}");
                 let r = run(&["--webhook=false", &arg])
                     .unwrap_or_else(|e| panic!("{flag}={value}: {e}"));
+                let flags = &r.controller_flags;
                 let got = match flag {
-                    "--endpoint-updates-batch-period" => r.endpoints.endpoint_updates_batch_period,
-                    "--endpointslice-updates-batch-period" => {
-                        r.endpoint_slice.endpointslice_updates_batch_period.unwrap()
+                    "--endpoint-updates-batch-period" => {
+                        flags
+                            .group::<EndpointsFlags>()
+                            .unwrap()
+                            .endpoint_updates_batch_period
                     }
-                    "--mirroring-endpointslice-updates-batch-period" => r
-                        .mirroring
+                    "--endpointslice-updates-batch-period" => flags
+                        .group::<EndpointSliceFlags>()
+                        .unwrap()
+                        .endpointslice_updates_batch_period
+                        .unwrap(),
+                    "--mirroring-endpointslice-updates-batch-period" => flags
+                        .group::<MirroringFlags>()
+                        .unwrap()
                         .mirroring_endpointslice_updates_batch_period
                         .unwrap(),
-                    "--allocator-repair-interval" => r.allocator_repair.allocator_repair_interval,
+                    "--allocator-repair-interval" => {
+                        flags
+                            .group::<AllocatorRepairFlags>()
+                            .unwrap()
+                            .allocator_repair_interval
+                    }
                     "--leader-elect-lease-duration" => r.leader_elect_lease_duration,
                     "--leader-elect-renew-deadline" => r.leader_elect_renew_deadline,
                     "--leader-elect-retry-period" => r.leader_elect_retry_period,
@@ -1483,10 +1569,8 @@ mod tests {
             "endpointslice-controller,endpoints-controller",
         ])
         .unwrap();
-        assert_eq!(
-            p.controllers,
-            vec![Controller::EndpointSlice, Controller::Endpoints]
-        );
+        let names = |p: &PlanArgs| p.controllers.iter().map(|c| c.name()).collect::<Vec<_>>();
+        assert_eq!(names(&p), ["endpointslice", "endpoints"]);
         let p = plan(&[
             "-f",
             "a",
@@ -1494,10 +1578,16 @@ mod tests {
             "endpointslice-mirroring-controller,endpoint",
         ])
         .unwrap();
-        assert_eq!(
-            p.controllers,
-            vec![Controller::EndpointSliceMirroring, Controller::Endpoints]
-        );
+        assert_eq!(names(&p), ["endpointslicemirroring", "endpoints"]);
+        // Every controller `run` has, the off-by-default one included.
+        let p = plan(&[
+            "-f",
+            "a",
+            "--controllers",
+            "service-cidr-controller,allocator",
+        ])
+        .unwrap();
+        assert_eq!(names(&p), ["servicecidr", "allocator"]);
     }
 
     #[test]
@@ -1601,8 +1691,19 @@ mod tests {
     fn plan_defaults() {
         let p = plan(&["-f", "x.yaml"]).unwrap();
         assert_eq!(p.files, vec![PathBuf::from("x.yaml")]);
-        assert_eq!(p.controllers, Controller::ALL.to_vec());
-        assert!(p.controllers.contains(&Controller::Allocator));
+        assert_eq!(p.controllers, Controller::defaults());
+        let names: Vec<&str> = p.controllers.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "endpointslice",
+                "endpoints",
+                "endpointslicemirroring",
+                "allocator-repair",
+                "allocator"
+            ],
+            "run's defaults in registry order, then the webhook's allocator"
+        );
         assert_eq!(p.max_endpoints_per_slice, 100);
         assert_eq!(p.output, OutputFormat::Yaml);
         assert_eq!(

@@ -96,18 +96,15 @@ impl RunOptions {
         let enabled = crate::shell::registry::names()
             .filter(|name| args.controllers.enables(name))
             .collect();
-        let batch = args.endpoints.endpoint_updates_batch_period;
+        let shared = crate::shell::flag_group::Shared {
+            allocator: allocator.clone(),
+            follow_service_cidrs: args.ranges.follow_cluster(),
+            seed,
+        };
         let controllers = ControllerOptions {
             enabled,
-            endpoint_slice: args.endpoint_slice.config(batch),
-            endpoints: args.endpoints.config(args.endpoint_slice.coalescing()),
-            mirroring: args.mirroring.config(batch),
-            allocator_repair: args.allocator_repair.config(
-                allocator.clone(),
-                args.ranges.follow_cluster(),
-                seed,
-            ),
-            service_cidr: crate::shell::controllers::servicecidr::Config { workers: 5 },
+            settings: crate::shell::registry::settings(&args.controller_flags.0, &shared)
+                .map_err(|e| anyhow::anyhow!("controller flags: {e}"))?,
             identity: identity.clone(),
             list_page_size: 500,
         };
@@ -178,8 +175,14 @@ impl RunOptions {
         // The defaults parse: `from_args` only fails on bad flags or leader timings.
         #[allow(clippy::expect_used)]
         let mut options = Self::from_args(&args).expect("the default run flags are valid");
-        options.controllers.allocator_repair.allocator = allocator;
-        options.controllers.allocator_repair.seed = 1;
+        if let Some(repair) = options
+            .controllers
+            .settings
+            .get_mut::<crate::shell::options::AllocatorRepairConfig>()
+        {
+            repair.allocator = allocator;
+            repair.seed = 1;
+        }
         options.controllers.identity = "svcplane-test".into();
         options.identity = "svcplane-test".into();
         options.leader = None;

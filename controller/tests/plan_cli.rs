@@ -193,21 +193,31 @@ fn read(path: &str) -> Vec<u8> {
 
 /// AL-3: with ServiceCIDR objects in the input, the allocator's ranges
 /// are theirs: a new Service gets an address of the ready one, a Service in the
-/// terminating one is in range, one outside both is reported; with
-/// `--service-ranges-from=flags` the flag's range stands instead.
+/// terminating one is in range, one outside both is reported (by the repair loop);
+/// with `--service-ranges-from=flags` the flag's range stands instead.
 #[test]
 fn service_cidr_objects_are_the_ranges() {
     let input = root().join("tests/golden/inputs/service-cidrs.yaml");
     let input = input.to_str().unwrap();
     golden(
         "service-cidrs.yaml",
-        &ok(plan(&["-f", input, "--controllers", "allocator"])),
+        &ok(plan(&[
+            "-f",
+            input,
+            "--controllers",
+            "allocator,allocator-repair",
+        ])),
+    );
+    let allocator_only = ok(plan(&["-f", input, "--controllers", "allocator"]));
+    assert!(
+        !allocator_only.contains("is not within"),
+        "findings are the repair loop's: {allocator_only}"
     );
     let flags = ok(plan(&[
         "-f",
         input,
         "--controllers",
-        "allocator",
+        "allocator,allocator-repair",
         "--service-cluster-ip-range",
         "10.96.0.0/16",
         "--service-ranges-from",
@@ -215,6 +225,45 @@ fn service_cidr_objects_are_the_ranges() {
     ]));
     assert!(flags.contains("shop/kept"), "{flags}");
     assert!(flags.contains("10.101.0.20 is not within"), "{flags}");
+}
+
+/// AL-6.2: `plan --controllers servicecidr` plans the ServiceCIDR controller as `run`
+/// does: the finalizer patched onto a ServiceCIDR without it, a deleted one held by an
+/// IPAddress marked `Ready=False` (Terminating) by server-side apply of its status,
+/// with `--now` as the transition time.
+#[test]
+fn service_cidr_controller_golden() {
+    let input = root().join("tests/golden/inputs/service-cidrs.yaml");
+    let out = ok(plan(&[
+        "-f",
+        input.to_str().unwrap(),
+        "--controllers",
+        "service-cidr-controller",
+        "--now",
+        "2026-11-29T08:00:00Z",
+    ]));
+    golden("service-cidr-controller.yaml", &out);
+    let summary = plan(&[
+        "-f",
+        input.to_str().unwrap(),
+        "--controllers",
+        "servicecidr",
+        "--now",
+        "2026-11-29T08:00:00Z",
+        "--summary",
+    ]);
+    assert_eq!(summary.code, Some(0), "{summary:#?}");
+    let table = summary.stdout;
+    assert!(
+        table.contains("servicecidr: 1 patch ServiceCIDR, 1 apply ServiceCIDR"),
+        "{table}"
+    );
+    let bad = plan(&["-f", input.to_str().unwrap(), "--now", "yesterday"]);
+    assert_eq!(bad.code, Some(2), "{bad:#?}");
+    assert!(
+        bad.stderr.contains("--now") && bad.stderr.contains("\"yesterday\""),
+        "{bad:#?}"
+    );
 }
 
 #[test]

@@ -161,6 +161,7 @@ pub fn snapshot(fake: &FakeApi) -> Snapshot {
         endpoint_slices: keyed(fake.objects_of::<EndpointSlice>().unwrap_or_default()),
         endpoints: keyed(fake.objects_of::<Endpoints>().unwrap_or_default()),
         service_cidrs: Default::default(),
+        ip_addresses: Default::default(),
     }
 }
 

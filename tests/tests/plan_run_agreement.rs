@@ -93,6 +93,8 @@ fn verb_of(v: PlanVerb) -> Verb {
         PlanVerb::Create => Verb::Create,
         PlanVerb::Update => Verb::Update,
         PlanVerb::Delete => Verb::Delete,
+        // A strategic merge patch and a server-side apply are both PATCH requests.
+        PlanVerb::Patch | PlanVerb::Apply => Verb::Patch,
     }
 }
 
@@ -107,17 +109,20 @@ async fn the_same_snapshot_gives_the_same_writes_and_events_in_plan_and_run() {
     let doc = plan(
         &snapshot,
         &PlanOptions {
-            // `allocator` stands for the allocator-repair controller's findings (its
-            // Service updates are the webhook's, made at admission: not compared).
-            controllers: vec![
-                Controller::EndpointSlice,
-                Controller::Endpoints,
-                Controller::EndpointSliceMirroring,
-                Controller::Allocator,
-            ],
+            // The webhook's Service updates are made at admission: not compared.
+            controllers: [
+                "endpointslice",
+                "endpoints",
+                "endpointslicemirroring",
+                "allocator-repair",
+            ]
+            .iter()
+            .map(|n| Controller::named(n).expect("a registered controller"))
+            .collect(),
             max_endpoints_per_slice: 100,
             allocator: run_env::allocator(),
             follow_service_cidrs: true,
+            now: k8s_openapi::jiff::Timestamp::now(),
         },
     );
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::Metadata;
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -42,6 +42,9 @@ pub struct Snapshot {
     /// `networking.k8s.io/v1` ServiceCIDRs, by name: where present they are the
     /// cluster's ClusterIP ranges (for the allocator).
     pub service_cidrs: BTreeMap<String, Arc<ServiceCIDR>>,
+    /// `networking.k8s.io/v1` IPAddresses, by name: what holds a ServiceCIDR that is
+    /// being deleted (the ServiceCIDR controller), and who owns an address (`explain`).
+    pub ip_addresses: BTreeMap<String, Arc<IPAddress>>,
 }
 
 fn in_namespace<T>(map: &BTreeMap<Key, Arc<T>>, namespace: &str) -> Vec<Arc<T>> {
@@ -107,6 +110,7 @@ enum Kind {
     EndpointSlice,
     Endpoints,
     ServiceCidr,
+    IpAddress,
 }
 
 impl Kind {
@@ -118,6 +122,7 @@ impl Kind {
             "EndpointSlice" => Kind::EndpointSlice,
             "Endpoints" => Kind::Endpoints,
             "ServiceCIDR" => Kind::ServiceCidr,
+            "IPAddress" => Kind::IpAddress,
             _ => return None,
         })
     }
@@ -125,13 +130,13 @@ impl Kind {
     fn api_version(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
-            Kind::ServiceCidr => "networking.k8s.io/v1",
+            Kind::ServiceCidr | Kind::IpAddress => "networking.k8s.io/v1",
             Kind::Service | Kind::Pod | Kind::Node | Kind::Endpoints => "v1",
         }
     }
 
     fn namespaced(self) -> bool {
-        !matches!(self, Kind::Node | Kind::ServiceCidr)
+        !matches!(self, Kind::Node | Kind::ServiceCidr | Kind::IpAddress)
     }
 }
 
@@ -191,6 +196,13 @@ impl SnapshotBuilder {
                 self.snapshot
                     .service_cidrs
                     .insert(key.name.clone(), Arc::new(cidr));
+                Ok(key)
+            }),
+            Kind::IpAddress => decode::<IPAddress>(value).and_then(|address| {
+                let key = key_of(&address)?;
+                self.snapshot
+                    .ip_addresses
+                    .insert(key.name.clone(), Arc::new(address));
                 Ok(key)
             }),
         };

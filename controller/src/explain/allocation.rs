@@ -110,8 +110,8 @@ pub fn state_of(world: &World, config: &AllocatorConfig) -> Result<AllocationSta
     for service in world.snapshot.services.values() {
         service.as_ref().record(&mut state);
     }
-    for address in world.ip_addresses.values() {
-        address.record(&mut state);
+    for address in world.snapshot.ip_addresses.values() {
+        address.as_ref().record(&mut state);
     }
     Ok(state)
 }

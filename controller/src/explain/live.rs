@@ -123,7 +123,12 @@ pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> 
             )?;
             world.snapshot.services = keyed(services);
             match addresses {
-                Some(a) => world.ip_addresses = named(a),
+                Some(a) => {
+                    world.snapshot.ip_addresses = named(a)
+                        .into_iter()
+                        .map(|(k, v)| (k, Arc::new(v)))
+                        .collect();
+                }
                 None => world.ip_address_api = Availability::NotServed,
             }
             match claims {

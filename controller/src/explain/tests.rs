@@ -1015,7 +1015,9 @@ fn ip_held_by_a_service_is_refused_with_upstreams_message() {
             name: "web".into(),
         },
     };
-    w.ip_addresses.insert("10.96.0.10".into(), address);
+    w.snapshot
+        .ip_addresses
+        .insert("10.96.0.10".into(), std::sync::Arc::new(address));
     let r = explain_ip(&w, &config(), "10.96.0.10".parse().expect("ip")).expect("ranges");
     let holders: Vec<(&str, &str)> = r
         .holders

@@ -2,16 +2,15 @@
 //!
 //! A dump is read exactly as `plan` reads it (same parser, same snapshot, same
 //! error lines), so `explain -f` and `plan -f` always see the same cluster.
-//! Two more kinds matter to the `ip`/`nodeport` forms and are taken out of the
-//! stream before it reaches `plan`'s snapshot: kube-apiserver's `IPAddress`
-//! objects and svcplane's own `AllocationClaim`s. The live reader
+//! One more kind matters to the `ip`/`nodeport` forms and is taken out of the
+//! stream before it reaches `plan`'s snapshot: svcplane's own `AllocationClaim`s
+//! (kube-apiserver's `IPAddress` objects are in the snapshot). The live reader
 //! ([`super::live`]) fills the same [`World`] from an API server.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::PathBuf;
 
-use k8s_openapi::api::networking::v1::IPAddress;
 use serde::de::DeserializeOwned;
 use svcplane_webhook::claim::AllocationClaim;
 
@@ -49,10 +48,9 @@ impl Source {
 /// Everything `explain` knows about the cluster.
 #[derive(Debug, Clone)]
 pub struct World {
-    /// Services, Pods, Nodes, EndpointSlices and Endpoints (as `plan` keeps them).
+    /// Services, Pods, Nodes, EndpointSlices, Endpoints, ServiceCIDRs and IPAddresses
+    /// (as `plan` keeps them).
     pub snapshot: Snapshot,
-    /// `networking.k8s.io/v1` IPAddress objects, by name.
-    pub ip_addresses: BTreeMap<String, IPAddress>,
     /// svcplane's AllocationClaims, by name.
     pub claims: BTreeMap<String, AllocationClaim>,
     pub ip_address_api: Availability,
@@ -65,7 +63,6 @@ impl World {
     pub fn empty(source: Source) -> Self {
         World {
             snapshot: Snapshot::default(),
-            ip_addresses: BTreeMap::new(),
             claims: BTreeMap::new(),
             ip_address_api: Availability::Read,
             claim_api: Availability::Read,
@@ -74,7 +71,6 @@ impl World {
     }
 }
 
-const IP_ADDRESS_API_VERSION: &str = "networking.k8s.io/v1";
 const CLAIM_API_VERSION: &str = "svcplane.io/v1alpha1";
 
 /// Reads every `-f` source (`-` is stdin) into a [`World`], with the warning
@@ -88,7 +84,6 @@ pub fn read_dump(
     for path in files {
         for raw in input::read_source(path, stdin)? {
             match raw.kind.as_str() {
-                "IPAddress" => extra.ip_address(raw)?,
                 "AllocationClaim" => extra.claim(raw)?,
                 _ => builder.add(raw)?,
             }
@@ -108,27 +103,19 @@ pub fn read_dump(
         files.iter().map(|f| f.display().to_string()).collect(),
     ));
     world.snapshot = snapshot;
-    world.ip_addresses = extra.ip_addresses;
     world.claims = extra.claims;
     Ok((world, lines))
 }
 
-/// The two cluster-scoped kinds `plan` does not read.
+/// The cluster-scoped kind `plan` does not read.
 #[derive(Default)]
 struct Extra {
-    ip_addresses: BTreeMap<String, IPAddress>,
     claims: BTreeMap<String, AllocationClaim>,
     seen: BTreeMap<(String, String), Origin>,
     warnings: Vec<String>,
 }
 
 impl Extra {
-    fn ip_address(&mut self, raw: RawObject) -> Result<(), InputError> {
-        let (name, obj) = self.decode::<IPAddress>(raw, IP_ADDRESS_API_VERSION)?;
-        self.ip_addresses.insert(name, obj);
-        Ok(())
-    }
-
     fn claim(&mut self, raw: RawObject) -> Result<(), InputError> {
         let (name, obj) = self.decode::<AllocationClaim>(raw, CLAIM_API_VERSION)?;
         self.claims.insert(name, obj);
@@ -196,7 +183,7 @@ mod tests {
              apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: shop}\n",
         )
         .unwrap();
-        assert!(world.ip_addresses.contains_key("10.96.0.10"));
+        assert!(world.snapshot.ip_addresses.contains_key("10.96.0.10"));
         assert!(world.claims.contains_key("nodeport-30080"));
         assert_eq!(world.snapshot.services.len(), 1);
         assert_eq!(

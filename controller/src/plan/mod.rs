@@ -4,6 +4,7 @@
 //! - [`crate::dump`]: the dump read into a typed, sorted snapshot (shared with
 //!   `explain`);
 //! - `output`: the `{actions, events}` document;
+//! - `ranges`: the allocator, its repair loop and the ServiceCIDR controller;
 //! - this module: run each selected controller over the snapshot.
 //!
 //! Nothing is written to stdout unless the whole input was valid and the
@@ -13,11 +14,13 @@
 //! is not an error.
 
 pub mod output;
+mod ranges;
 
 use std::io::{Read, Write};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
 use tracing::debug;
 
 use crate::cli::{Controller, PlanArgs};
@@ -27,7 +30,6 @@ use crate::core::selector::selector_matches_pod;
 use crate::core::topology::TopologyPolicy;
 use crate::core::trigger_time::TriggerTimeTracker;
 
-use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocatorConfig, ConfigError};
 
 use self::output::{Action, EncodeError, Event, Object, PlanDocument, Verb};
@@ -69,6 +71,9 @@ pub struct PlanOptions {
     /// Take the ClusterIP ranges from the input's ServiceCIDR objects when it has any
     /// (`--service-ranges-from=cluster`, the default).
     pub follow_service_cidrs: bool,
+    /// The time the plan is made at: a ServiceCIDR's `Ready` condition carries it,
+    /// and one deleted less than the deletion grace before it keeps its finalizer.
+    pub now: Timestamp,
 }
 
 /// Seed of the allocator's random picks in `plan`: fixed, so a plan is
@@ -84,6 +89,7 @@ impl TryFrom<&PlanArgs> for PlanOptions {
             max_endpoints_per_slice: usize::from(args.max_endpoints_per_slice),
             allocator: args.ranges.config()?,
             follow_service_cidrs: args.ranges.follow_cluster(),
+            now: args.now.unwrap_or_else(Timestamp::now),
         })
     }
 }
@@ -131,7 +137,7 @@ pub fn run(
 }
 
 /// Runs the selected controllers over `snapshot`. Output order: controller
-/// (in [`Controller::ALL`] order), then namespace and Service name, then the
+/// (in [`Controller::all`] order), then namespace and Service name, then the
 /// order the controller issues its writes.
 ///
 /// When the allocator runs, the other controllers see the Services as the
@@ -140,14 +146,14 @@ pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
     let mut controllers = options.controllers.clone();
     controllers.sort_unstable();
     controllers.dedup();
-    // The allocator plans against the Services as read, once; the other
-    // controllers then see the Services with its updates applied.
-    let mut allocation = controllers
-        .contains(&Controller::Allocator)
-        .then(|| allocations(snapshot, options));
+    let runs = |name: &str| controllers.iter().any(|c| c.name() == name);
+    // The allocator and its repair loop plan against the Services as read, once; the
+    // other controllers then see the Services with the allocator's updates applied.
+    let allocation = (runs(Controller::ALLOCATOR) || runs(ranges::REPAIR))
+        .then(|| ranges::allocations(snapshot, options));
     let allocated;
     let mut view = snapshot;
-    if let Some(plan) = &allocation {
+    if let Some(plan) = allocation.as_ref().filter(|_| runs(Controller::ALLOCATOR)) {
         let mut with_allocations = snapshot.clone();
         for update in &plan.updates {
             let key = snapshot::Key {
@@ -161,26 +167,57 @@ pub fn plan(snapshot: &Snapshot, options: &PlanOptions) -> PlanDocument {
         allocated = with_allocations;
         view = &allocated;
     }
+    let planning = Planning {
+        view,
+        options,
+        allocation: allocation.as_ref(),
+    };
     let mut doc = PlanDocument::default();
-    if controllers
-        .iter()
-        .any(|c| matches!(c, Controller::EndpointSlice | Controller::Endpoints))
-    {
+    if runs("endpointslice") || runs("endpoints") {
         pod_ip_events(view, &mut doc);
     }
     for controller in controllers {
-        match controller {
-            Controller::EndpointSlice => plan_endpoint_slices(view, options, &mut doc),
-            Controller::Endpoints => plan_endpoints(view, &mut doc),
-            Controller::EndpointSliceMirroring => plan_mirroring(view, &mut doc),
-            Controller::Allocator => {
-                if let Some(plan) = allocation.take() {
-                    emit_allocations(plan, &mut doc);
-                }
-            }
+        match planner(controller.name()) {
+            Some(planner) => planner(&planning, controller.name(), &mut doc),
+            // `every_controller_has_a_planner` keeps this from happening.
+            None => tracing::warn!(controller = controller.name(), "no planner, skipped"),
         }
     }
     doc
+}
+
+/// What every planner reads.
+struct Planning<'a> {
+    /// The cluster, with the allocator's updates applied when it runs.
+    view: &'a Snapshot,
+    options: &'a PlanOptions,
+    /// The allocator's plan over the Services as read, when it or its repair runs.
+    allocation: Option<&'a svcplane_allocator::AllocationPlan>,
+}
+
+/// Plans one controller (named by the second argument) into the document.
+type Planner = fn(&Planning<'_>, &'static str, &mut PlanDocument);
+
+/// The planner of each controller `plan` can run ([`Controller::all`]): each of `run`'s
+/// registered controllers and the webhook's allocator.
+fn planner(name: &str) -> Option<Planner> {
+    Some(match name {
+        "endpointslice" => |p, c, doc| plan_endpoint_slices(p.view, p.options, c, doc),
+        "endpoints" => |p, c, doc| plan_endpoints(p.view, c, doc),
+        "endpointslicemirroring" => |p, c, doc| plan_mirroring(p.view, c, doc),
+        ranges::REPAIR => |p, c, doc| {
+            if let Some(plan) = p.allocation {
+                ranges::emit_findings(plan, c, doc);
+            }
+        },
+        "servicecidr" => |p, c, doc| ranges::plan_service_cidrs(p.view, p.options.now, c, doc),
+        Controller::ALLOCATOR => |p, c, doc| {
+            if let Some(plan) = p.allocation {
+                ranges::emit_allocations(plan, c, doc);
+            }
+        },
+        _ => return None,
+    })
 }
 
 /// The Warnings `svcplane run` records on Pods with unparseable addresses when it
@@ -199,25 +236,6 @@ fn pod_ip_events(snapshot: &Snapshot, doc: &mut PlanDocument) {
     }
 }
 
-fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> svcplane_allocator::AllocationPlan {
-    let services: Vec<Service> = snapshot
-        .services
-        .values()
-        .map(|s| Service::clone(s))
-        .collect();
-    let views: Vec<ServiceCidrView> = snapshot
-        .service_cidrs
-        .values()
-        .map(|c| ServiceCidrView::of(c))
-        .collect();
-    let from_cluster = options
-        .follow_service_cidrs
-        .then(|| options.allocator.with_service_cidrs(&views))
-        .flatten();
-    let ranges = from_cluster.as_ref().unwrap_or(&options.allocator);
-    svcplane_allocator::plan_allocations(&services, ranges, ALLOCATOR_SEED)
-}
-
 fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
     let selector = service.spec.as_ref().and_then(|s| s.selector.as_ref());
     pods.iter()
@@ -226,8 +244,12 @@ fn selected_pods(service: &Service, pods: &[Arc<Pod>]) -> Vec<Arc<Pod>> {
         .collect()
 }
 
-fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut PlanDocument) {
-    let controller = Controller::EndpointSlice.name();
+fn plan_endpoint_slices(
+    snapshot: &Snapshot,
+    options: &PlanOptions,
+    controller: &'static str,
+    doc: &mut PlanDocument,
+) {
     // Offline, every sync is a first sync: the tracker yields the Service's
     // creationTimestamp.
     let mut trigger_times = TriggerTimeTracker::default();
@@ -274,6 +296,7 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
                 controller,
                 verb,
                 kind: "EndpointSlice",
+                subresource: None,
                 namespace: namespace.unwrap_or_else(|| key.namespace.clone()),
                 name,
                 object: object.map(|s| Object::EndpointSlice(Box::new(s))),
@@ -287,30 +310,6 @@ fn plan_endpoint_slices(snapshot: &Snapshot, options: &PlanOptions, doc: &mut Pl
             message: e.message,
         }));
     }
-}
-
-/// The allocations the admission webhook would make: an `update` of every
-/// Service still lacking ClusterIP(s) or nodePort(s), and the repair loop's
-/// findings (leaks, duplicates, out-of-range values) as events.
-fn emit_allocations(plan: svcplane_allocator::AllocationPlan, doc: &mut PlanDocument) {
-    let controller = Controller::Allocator.name();
-    for update in plan.updates {
-        doc.actions.push(Action {
-            controller,
-            verb: Verb::Update,
-            kind: "Service",
-            namespace: update.namespace,
-            name: Some(update.name),
-            object: Some(Object::Service(Box::new(update.service))),
-        });
-    }
-    doc.events.extend(plan.events.into_iter().map(|e| Event {
-        event_type: e.event_type.into(),
-        reason: e.reason,
-        object: e.object,
-        kind: None,
-        message: e.message,
-    }));
 }
 
 /// Keys `namespace/name` of a map, as [`snapshot::Key`]s.
@@ -335,9 +334,8 @@ fn planned_events(
 /// The Endpoints controller's first sync: every Service, plus every
 /// Endpoints object but leader-election records (the start-up scan that
 /// deletes leftovers of deleted Services), in key order.
-fn plan_endpoints(snapshot: &Snapshot, doc: &mut PlanDocument) {
+fn plan_endpoints(snapshot: &Snapshot, controller: &'static str, doc: &mut PlanDocument) {
     use crate::core::endpoints::{self as eps, EndpointsWrite};
-    let controller = Controller::Endpoints.name();
     let mut keys: std::collections::BTreeSet<snapshot::Key> =
         keys_of(&snapshot.services).into_iter().collect();
     keys.extend(
@@ -378,6 +376,7 @@ fn plan_endpoints(snapshot: &Snapshot, doc: &mut PlanDocument) {
                 controller,
                 verb,
                 kind: "Endpoints",
+                subresource: None,
                 namespace: key.namespace.clone(),
                 name: Some(key.name.clone()),
                 object: object.map(|e| Object::Endpoints(Box::new(e))),
@@ -389,10 +388,9 @@ fn plan_endpoints(snapshot: &Snapshot, doc: &mut PlanDocument) {
 
 /// The mirroring controller's first sync: every key with an Endpoints
 /// object, a Service or a mirrored slice, in key order.
-fn plan_mirroring(snapshot: &Snapshot, doc: &mut PlanDocument) {
+fn plan_mirroring(snapshot: &Snapshot, controller: &'static str, doc: &mut PlanDocument) {
     use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
     use crate::core::mirroring;
-    let controller = Controller::EndpointSliceMirroring.name();
     let mut keys: std::collections::BTreeSet<snapshot::Key> =
         keys_of(&snapshot.endpoints).into_iter().collect();
     keys.extend(keys_of(&snapshot.services));
@@ -431,11 +429,31 @@ fn plan_mirroring(snapshot: &Snapshot, doc: &mut PlanDocument) {
                 controller,
                 verb,
                 kind: "EndpointSlice",
+                subresource: None,
                 namespace: key.namespace.clone(),
                 name,
                 object: object.map(|s| Object::EndpointSlice(Box::new(s))),
             });
         }
         planned_events(&key, plan.events, doc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shell::registry;
+
+    /// `plan` covers every controller `run` has: each registered controller, in the
+    /// registry's order, then the webhook's allocator, and a planner for each.
+    #[test]
+    fn every_controller_has_a_planner() {
+        let names: Vec<&str> = Controller::all().iter().map(|c| c.name()).collect();
+        let mut want: Vec<&str> = registry::names().collect();
+        want.push(Controller::ALLOCATOR);
+        assert_eq!(names, want);
+        for c in Controller::all() {
+            assert!(planner(c.name()).is_some(), "no planner for {}", c.name());
+        }
     }
 }

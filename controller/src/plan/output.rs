@@ -26,6 +26,10 @@ pub enum Verb {
     Create,
     Update,
     Delete,
+    /// A strategic merge patch.
+    Patch,
+    /// A server-side apply.
+    Apply,
 }
 
 /// The object an action sends. Untagged: it serialises as the object
@@ -36,6 +40,8 @@ pub enum Object {
     EndpointSlice(Box<EndpointSlice>),
     Service(Box<Service>),
     Endpoints(Box<Endpoints>),
+    /// The body of a patch or an apply, as sent.
+    Patch(serde_json::Value),
 }
 
 /// One API write.
@@ -45,6 +51,11 @@ pub struct Action {
     pub controller: &'static str,
     pub verb: Verb,
     pub kind: &'static str,
+    /// The subresource written (`status`), if not the object itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<&'static str>,
+    /// Empty (and left out) for a cluster-scoped object.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Absent on a create that uses `metadata.generateName`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +111,8 @@ impl Verb {
             Verb::Create => "create",
             Verb::Update => "update",
             Verb::Delete => "delete",
+            Verb::Patch => "patch",
+            Verb::Apply => "apply",
         }
     }
 }
@@ -242,9 +255,10 @@ impl Action {
             Some(Object::EndpointSlice(s)) => s.metadata.generate_name.clone(),
             Some(Object::Service(s)) => s.metadata.generate_name.clone(),
             Some(Object::Endpoints(e)) => e.metadata.generate_name.clone(),
-            None => None,
+            Some(Object::Patch(_)) | None => None,
         };
         match (&self.name, generated()) {
+            (Some(name), _) if self.namespace.is_empty() => name.clone(),
             (Some(name), _) => format!("{}/{name}", self.namespace),
             (None, Some(prefix)) => format!("{}/{prefix}*", self.namespace),
             (None, None) => format!("{}/?", self.namespace),
@@ -289,6 +303,23 @@ impl Object {
                         format!("ports {}", ports.join(" "))
                     }
                 )
+            }
+            // Only the ServiceCIDR controller patches; its bodies are short.
+            Object::Patch(body) => {
+                let conditions = body.pointer("/status/conditions/0");
+                match conditions {
+                    Some(c) => format!(
+                        "{}={}{}",
+                        c["type"].as_str().unwrap_or_default(),
+                        c["status"].as_str().unwrap_or_default(),
+                        c["reason"]
+                            .as_str()
+                            .filter(|r| !r.is_empty())
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    ),
+                    None => body["metadata"].to_string(),
+                }
             }
             Object::Endpoints(e) => {
                 let subsets = e.subsets.as_deref().unwrap_or_default();
@@ -396,6 +427,7 @@ mod tests {
                     controller: "endpointslice",
                     verb: Verb::Create,
                     kind: "EndpointSlice",
+                    subresource: None,
                     namespace: "ns".into(),
                     name: None,
                     object: Some(Object::EndpointSlice(Box::default())),
@@ -404,6 +436,7 @@ mod tests {
                     controller: "endpointslice",
                     verb: Verb::Delete,
                     kind: "EndpointSlice",
+                    subresource: None,
                     namespace: "ns".into(),
                     name: Some("web-abc".into()),
                     object: None,
@@ -438,6 +471,7 @@ mod tests {
             controller,
             verb,
             kind,
+            subresource: None,
             namespace: "ns".into(),
             name: Some(name.into()),
             object: None,
@@ -497,6 +531,7 @@ mod tests {
                     controller: "endpointslice",
                     verb: Verb::Create,
                     kind: "EndpointSlice",
+                    subresource: None,
                     namespace: "ns".into(),
                     name: None,
                     object: Some(Object::EndpointSlice(Box::new(slice))),

@@ -26,6 +26,7 @@ pub mod coalescing;
 pub(crate) mod controllers;
 pub(crate) mod events;
 pub mod exposition;
+pub mod flag_group;
 pub(crate) mod kinds;
 pub mod metrics;
 pub(crate) mod metrics_auth;

@@ -3,31 +3,23 @@
 
 use std::collections::BTreeSet;
 
-use super::controllers::allocator_repair;
-use super::controllers::endpoints as ep;
-use super::controllers::endpointslice as es;
-use super::controllers::mirroring as mirror;
-use super::controllers::servicecidr as cidr;
+pub use super::flag_group::{FlagGroup, Settings, Shared};
 
-// Each controller's flag group, as `run` flattens them (kube-controller-manager's
-// per-controller options).
-pub use super::controllers::allocator_repair::{
-    AllocatorRepairFlags, HEADING as ALLOCATOR_HEADING,
-};
-pub use super::controllers::endpoints::{EndpointsFlags, HEADING as ENDPOINTS_HEADING};
-pub use super::controllers::endpointslice::{EndpointSliceFlags, HEADING as ENDPOINTSLICE_HEADING};
-pub use super::controllers::mirroring::MirroringFlags;
+// Each controller's settings, by the name an embedder (tests, the simulator) tunes
+// them under.
+pub use super::controllers::allocator_repair::Config as AllocatorRepairConfig;
+pub use super::controllers::endpoints::Config as EndpointsConfig;
+pub use super::controllers::endpointslice::Config as EndpointSliceConfig;
+pub use super::controllers::mirroring::Config as MirroringConfig;
+pub use super::controllers::servicecidr::Config as ServiceCidrConfig;
 
 /// Everything the controllers need to know.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {
     /// Canonical names of the controllers that run (`--controllers`).
     pub enabled: BTreeSet<&'static str>,
-    pub endpoint_slice: es::Config,
-    pub endpoints: ep::Config,
-    pub mirroring: mirror::Config,
-    pub allocator_repair: allocator_repair::Config,
-    pub service_cidr: cidr::Config,
+    /// Every registered controller's settings, made by its flag group.
+    pub settings: Settings,
     /// `reportingInstance` of events.
     pub identity: String,
     /// Page size of the initial lists (0: no paging).

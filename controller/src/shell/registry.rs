@@ -4,9 +4,10 @@
 //! aliases, constructor); svcplane does the same, and derives everything else from it:
 //! the names `--controllers` accepts, which resources are watched (the union of what the
 //! enabled controllers read), when the workers start (once each of those caches has
-//! listed), and which API client each controller writes with. Adding a controller is a
-//! core module, one shell file implementing [`Controller`], one entry here and its
-//! flags.
+//! listed), which API client each controller writes with, and `run`'s flags with the
+//! settings made of them (each controller's flag group). Adding a controller is a core
+//! module, one shell file implementing [`Controller`] and [`Registered`] (with its flag
+//! group), and one entry here.
 
 use std::sync::Arc;
 
@@ -17,8 +18,8 @@ use super::controllers::endpoints::EndpointsController;
 use super::controllers::endpointslice::EndpointSliceController;
 use super::controllers::mirroring::MirroringController;
 use super::controllers::servicecidr::ServiceCidrController;
-use super::controllers::{Build, Controller, Syncer};
-use super::queue::RateLimit;
+use super::controllers::{Build, Controller, Registered};
+use super::flag_group::{FlagGroup, Settings, Shared};
 
 /// One controller `svcplane run` can run.
 #[derive(Debug)]
@@ -36,8 +37,60 @@ pub(crate) struct Descriptor {
     /// The access it needs beyond list/watch of `reads`: its writes, and what admission
     /// plugins check on its behalf (see [`super::access`]).
     pub(crate) grants: &'static [Access],
-    /// Builds it.
-    pub(crate) build: fn(&Build<'_>) -> Arc<dyn Controller>,
+    /// Its flag group, its settings and its constructor ([`Make::of`]).
+    pub(crate) make: Make,
+}
+
+/// What the registry knows of a controller's type: the flags it adds to `run`, the
+/// settings it makes of them and how it is built from those settings. Made by
+/// [`Make::of`] from one type, so the settings a controller is built from are the
+/// ones its own flag group made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Make {
+    /// Adds its flag group to `run`'s command line.
+    pub(crate) flags: fn(clap::Command) -> clap::Command,
+    /// Adds its settings, made from `run`'s command line, to [`Settings`].
+    pub(crate) settings: fn(&mut Settings, &clap::ArgMatches, &Shared) -> Result<(), clap::Error>,
+    /// Builds it from its settings; `None` when they are missing from the options.
+    pub(crate) build: fn(&Build<'_>) -> Option<Arc<dyn Controller>>,
+    /// Whether `settings` hold what `build` needs.
+    pub(crate) has_settings: fn(&Settings) -> bool,
+}
+
+impl Make {
+    pub(crate) const fn of<C: Registered>() -> Make {
+        Make {
+            flags: <C::Flags as clap::Args>::augment_args,
+            settings: Settings::insert::<C::Flags>,
+            build: build::<C>,
+            has_settings: |s| s.get::<<C::Flags as FlagGroup>::Config>().is_some(),
+        }
+    }
+}
+
+fn build<C: Registered>(b: &Build<'_>) -> Option<Arc<dyn Controller>> {
+    let config = b
+        .options
+        .settings
+        .get::<<C::Flags as FlagGroup>::Config>()?
+        .clone();
+    Some(Arc::new(C::build(b, config)))
+}
+
+/// Every registered controller's settings from `run`'s command line `all`.
+pub(crate) fn settings(all: &clap::ArgMatches, shared: &Shared) -> Result<Settings, clap::Error> {
+    let mut settings = Settings::default();
+    for d in CONTROLLERS {
+        (d.make.settings)(&mut settings, all, shared)?;
+        // Two controllers sharing a settings type would overwrite each other's.
+        if !(d.make.has_settings)(&settings) {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("the {} controller's flag group made no settings", d.name),
+            ));
+        }
+    }
+    Ok(settings)
 }
 
 impl Descriptor {
@@ -72,12 +125,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             },
             access::EVENTS,
         ],
-        build: |b| {
-            Arc::new(EndpointSliceController::new(
-                b.parts(RateLimit::ENDPOINT_SLICE, EndpointSliceController::QUEUE),
-                b.options.endpoint_slice,
-            ))
-        },
+        make: Make::of::<EndpointSliceController>(),
     },
     Descriptor {
         name: "endpoints",
@@ -102,12 +150,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             },
             access::EVENTS,
         ],
-        build: |b| {
-            Arc::new(EndpointsController::new(
-                b.parts(RateLimit::ENDPOINTS, EndpointsController::QUEUE),
-                b.options.endpoints,
-            ))
-        },
+        make: Make::of::<EndpointsController>(),
     },
     Descriptor {
         name: "endpointslicemirroring",
@@ -130,12 +173,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             },
             access::EVENTS,
         ],
-        build: |b| {
-            Arc::new(MirroringController::new(
-                b.parts(RateLimit::MIRRORING, MirroringController::QUEUE),
-                b.options.mirroring,
-            ))
-        },
+        make: Make::of::<MirroringController>(),
     },
     Descriptor {
         name: "allocator-repair",
@@ -144,13 +182,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
         default_on: true,
         client_user: "allocator-repair",
         grants: &[access::EVENTS],
-        build: |b| {
-            Arc::new(AllocatorRepair::new(
-                b.cache.clone(),
-                b.events.clone(),
-                b.options.allocator_repair.clone(),
-            ))
-        },
+        make: Make::of::<AllocatorRepair>(),
     },
     // Off by default: kube-controller-manager runs it on most clusters (disable it
     // there with `--controllers=*,-service-cidr-controller` before enabling it here).
@@ -175,13 +207,7 @@ pub(crate) const CONTROLLERS: &[Descriptor] = &[
             },
             access::EVENTS,
         ],
-        build: |b| {
-            Arc::new(ServiceCidrController::new(
-                // client-go's default controller limiter, as upstream's queue uses.
-                b.parts(RateLimit::ENDPOINTS, ServiceCidrController::QUEUE),
-                b.options.service_cidr,
-            ))
-        },
+        make: Make::of::<ServiceCidrController>(),
     },
 ];
 
@@ -237,6 +263,50 @@ pub(crate) fn names() -> impl Iterator<Item = &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each controller's flags reach `run`'s command line, and the settings its group
+    /// makes of them are the ones it is built from.
+    #[test]
+    fn every_controller_is_built_from_its_own_flags() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::parse_from([
+            "svcplane",
+            "run",
+            "--webhook=false",
+            "--max-endpoints-per-slice=7",
+            "--endpoint-updates-batch-period=2s",
+            "--mirroring-max-endpoints-per-subset=9",
+            "--allocator-repair-interval=1m",
+        ]);
+        let crate::cli::Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let shared = Shared {
+            allocator: svcplane_allocator::AllocatorConfig::from_flags(
+                "10.96.0.0/12",
+                "30000-32767",
+            )
+            .unwrap(),
+            follow_service_cidrs: true,
+            seed: 3,
+        };
+        let s = settings(&args.controller_flags.0, &shared).unwrap();
+        for d in CONTROLLERS {
+            assert!((d.make.has_settings)(&s), "{} has no settings", d.name);
+        }
+        use crate::shell::options::*;
+        let slices = s.get::<EndpointSliceConfig>().unwrap();
+        assert_eq!(slices.max_endpoints_per_slice, 7);
+        // Another group's flag is the default of its own batch period.
+        assert_eq!(slices.batch_period, std::time::Duration::from_secs(2));
+        assert_eq!(
+            s.get::<MirroringConfig>().unwrap().max_endpoints_per_subset,
+            9
+        );
+        let repair = s.get::<AllocatorRepairConfig>().unwrap();
+        assert_eq!((repair.interval.as_secs(), repair.seed), (60, 3));
+        assert_eq!(s.get::<ServiceCidrConfig>().unwrap().workers, 5);
+    }
 
     #[test]
     fn names_and_aliases_are_unique() {

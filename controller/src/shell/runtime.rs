@@ -15,7 +15,7 @@ use std::time::Duration;
 use kube::runtime::watcher;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::cache::{Cache, Resource};
 use super::controllers::dispatch::Dispatch;
@@ -133,7 +133,7 @@ impl Controllers {
             .collect();
         let built: Vec<(&Descriptor, Arc<dyn Controller>)> = enabled
             .iter()
-            .map(|d| {
+            .filter_map(|d| {
                 let build = Build {
                     cache: &cache,
                     client: clients.get(d.client_user),
@@ -143,7 +143,16 @@ impl Controllers {
                     options: &options,
                     stop: &stop,
                 };
-                (*d, (d.build)(&build))
+                let built = (d.make.build)(&build);
+                if built.is_none() {
+                    // Cannot happen with options made by `registry::settings`, which
+                    // holds every registered controller's settings.
+                    error!(
+                        controller = d.name,
+                        "no settings for this controller; not started"
+                    );
+                }
+                built.map(|c| (*d, c))
             })
             .collect();
         let reads: BTreeSet<Resource> = enabled

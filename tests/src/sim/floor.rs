@@ -62,6 +62,14 @@ fn namespace_of<T>(map: &BTreeMap<Key, Arc<T>>, ns: &str) -> BTreeMap<Key, Arc<T
 }
 
 /// `plan` over `snapshot`, one namespace at a time (see the module docs).
+/// `plan`'s controllers of these names (registry names; a typo fails the run).
+fn controllers(names: &[&str]) -> Vec<Controller> {
+    names
+        .iter()
+        .map(|n| Controller::named(n).unwrap_or_else(|| panic!("no controller {n:?}")))
+        .collect()
+}
+
 pub fn plan_actions(snapshot: &Snapshot, controllers: Vec<Controller>) -> Vec<Action> {
     let namespaces: BTreeSet<&str> = snapshot
         .services
@@ -77,6 +85,7 @@ pub fn plan_actions(snapshot: &Snapshot, controllers: Vec<Controller>) -> Vec<Ac
             svcplane_controller::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
         allocator: run_env::allocator(),
         follow_service_cidrs: false,
+        now: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
     };
     let mut actions = Vec::new();
     for ns in namespaces {
@@ -87,6 +96,7 @@ pub fn plan_actions(snapshot: &Snapshot, controllers: Vec<Controller>) -> Vec<Ac
             endpoint_slices: namespace_of(&snapshot.endpoint_slices, ns),
             endpoints: namespace_of(&snapshot.endpoints, ns),
             service_cidrs: snapshot.service_cidrs.clone(),
+            ip_addresses: snapshot.ip_addresses.clone(),
         };
         actions.extend(plan(&part, &options).actions);
     }
@@ -103,12 +113,10 @@ pub fn floor(start: &Snapshot, end: &Snapshot) -> Floor {
         endpoint_slices: start.endpoint_slices.clone(),
         endpoints: start.endpoints.clone(),
         service_cidrs: end.service_cidrs.clone(),
+        ip_addresses: end.ip_addresses.clone(),
     };
     let mut f = Floor::default();
-    for a in plan_actions(
-        &combined,
-        vec![Controller::EndpointSlice, Controller::Endpoints],
-    ) {
+    for a in plan_actions(&combined, controllers(&["endpointslice", "endpoints"])) {
         match a.kind {
             "EndpointSlice" => f.slices += 1,
             _ => f.endpoints += 1,
@@ -121,11 +129,7 @@ pub fn floor(start: &Snapshot, end: &Snapshot) -> Floor {
 pub fn check(snap: &Snapshot, max_per_slice: usize, limit: usize) -> Vec<String> {
     let mut problems: Vec<String> = plan_actions(
         snap,
-        vec![
-            Controller::EndpointSlice,
-            Controller::Endpoints,
-            Controller::EndpointSliceMirroring,
-        ],
+        controllers(&["endpointslice", "endpoints", "endpointslicemirroring"]),
     )
     .iter()
     .map(|a| {

@@ -19,6 +19,7 @@ use serde_json::Value;
 use svcplane_controller::kube_client::Clients;
 use svcplane_controller::kube_client::ratelimit::RateLimitLayer;
 use svcplane_controller::run_cmd::RunOptions;
+use svcplane_controller::shell::options::{EndpointSliceConfig, EndpointsConfig, MirroringConfig};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -179,14 +180,26 @@ impl Sim {
             (kube::Client::new(service, "default"), budget)
         });
         let mut options: RunOptions = run_env::options();
-        let c = &mut options.controllers;
-        c.endpoint_slice.batch_period = self.tuning.batch_period;
-        c.endpoints.batch_period = self.tuning.batch_period;
-        c.mirroring.batch_period = self.tuning.batch_period;
+        // The simulator tunes what no flag reaches (a withdrawal window of its own).
+        let s = &mut options.controllers.settings;
+        let Some(slices) = s.get_mut::<EndpointSliceConfig>() else {
+            panic!("run's options lack the EndpointSlice controller's settings");
+        };
+        slices.batch_period = self.tuning.batch_period;
         if let Some(w) = self.tuning.coalescing {
-            c.endpoint_slice.coalescing = w;
-            c.endpoints.coalescing = w;
+            slices.coalescing = w;
         }
+        let Some(endpoints) = s.get_mut::<EndpointsConfig>() else {
+            panic!("run's options lack the Endpoints controller's settings");
+        };
+        endpoints.batch_period = self.tuning.batch_period;
+        if let Some(w) = self.tuning.coalescing {
+            endpoints.coalescing = w;
+        }
+        let Some(mirroring) = s.get_mut::<MirroringConfig>() else {
+            panic!("run's options lack the mirroring controller's settings");
+        };
+        mirroring.batch_period = self.tuning.batch_period;
         self.instance = Some(Instance::start(clients, options));
     }
 

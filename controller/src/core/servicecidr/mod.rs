@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
 use svcplane_allocator::range::{Cidr, IpFamily, parse_ip_sloppy};
 
 #[cfg(test)]
@@ -74,6 +75,48 @@ pub enum Write {
     /// Apply this `Ready` condition to the status (with the current time as its
     /// transition time).
     SetReady(ReadyCondition),
+}
+
+/// How a [`Write`] is sent: a strategic merge patch of the object, or a server-side
+/// apply of its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    StrategicMerge,
+    ApplyStatus,
+}
+
+impl Write {
+    /// How this write is sent.
+    pub fn sent(&self) -> Sent {
+        match self {
+            Write::AddFinalizer | Write::RemoveFinalizer => Sent::StrategicMerge,
+            Write::SetReady(_) => Sent::ApplyStatus,
+        }
+    }
+
+    /// The body sent for the ServiceCIDR `name`, `now` being the condition's
+    /// transition time; shared by the controller and `plan`, so `plan` prints what
+    /// `run` sends.
+    pub fn body(&self, name: &str, now: Timestamp) -> serde_json::Value {
+        match self {
+            Write::AddFinalizer => json!({"metadata": {"finalizers": [FINALIZER]}}),
+            Write::RemoveFinalizer => {
+                json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}})
+            }
+            Write::SetReady(c) => json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "ServiceCIDR",
+                "metadata": {"name": name},
+                "status": {"conditions": [{
+                    "type": CONDITION_READY,
+                    "status": c.status,
+                    "reason": c.reason,
+                    "message": c.message,
+                    "lastTransitionTime": now.to_string(),
+                }]},
+            }),
+        }
+    }
 }
 
 /// What one sync of one ServiceCIDR wants done.

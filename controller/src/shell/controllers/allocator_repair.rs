@@ -21,15 +21,16 @@ use crate::core::event::PlannedEvent;
 use crate::shell::cache::Cache;
 use crate::shell::controllers::Controller;
 use crate::shell::events::{EventRecord, EventRecorder, object_reference};
+use crate::shell::flag_group::{FlagGroup, Shared};
 use tokio::task::JoinHandle;
 
 /// The `--help` heading of this controller's flags, shared with the webhook's.
-pub const HEADING: &str = "Allocator & webhook";
+pub(crate) const HEADING: &str = "Allocator & webhook";
 
 /// The allocator repair controller's flags, flattened into `run` (the ranges it
 /// checks against are the webhook's).
 #[derive(Debug, Clone, clap::Args)]
-pub struct AllocatorRepairFlags {
+pub(crate) struct AllocatorRepairFlags {
     /// How often the allocator repair looks for duplicate and out-of-range values.
     #[arg(long, value_name = "DURATION", env = "SVCPLANE_ALLOCATOR_REPAIR_INTERVAL",
           default_value = "3m", value_parser = crate::duration::parse_positive_duration,
@@ -37,20 +38,17 @@ pub struct AllocatorRepairFlags {
     pub allocator_repair_interval: Duration,
 }
 
-impl AllocatorRepairFlags {
-    /// The controller's settings over the ranges the allocator flags give.
-    pub fn config(
-        &self,
-        allocator: AllocatorConfig,
-        follow_service_cidrs: bool,
-        seed: u64,
-    ) -> Config {
-        Config {
-            allocator,
-            follow_service_cidrs,
+impl FlagGroup for AllocatorRepairFlags {
+    type Config = Config;
+
+    /// The ranges checked are the allocator's (the webhook's flags).
+    fn config(&self, _all: &clap::ArgMatches, shared: &Shared) -> Result<Config, clap::Error> {
+        Ok(Config {
+            allocator: shared.allocator.clone(),
+            follow_service_cidrs: shared.follow_service_cidrs,
             interval: self.allocator_repair_interval,
-            seed,
-        }
+            seed: shared.seed,
+        })
     }
 }
 
@@ -126,6 +124,14 @@ impl AllocatorRepair {
             events,
             config,
         }
+    }
+}
+
+impl super::Registered for AllocatorRepair {
+    type Flags = AllocatorRepairFlags;
+
+    fn build(b: &super::Build<'_>, config: Config) -> Self {
+        Self::new(b.cache.clone(), b.events.clone(), config)
     }
 }
 

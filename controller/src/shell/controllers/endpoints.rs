@@ -9,6 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use tracing::debug;
 
+use clap::ArgMatches;
+
 use super::{Controller, Parts, SyncError, Syncer, lock, queue_pod_keys, spawn_workers, split_key};
 use crate::core::endpoints::triggers::{StaleEndpointsTracker, startup_keys};
 use crate::core::endpoints::{self as core_endpoints, EndpointsWrite, Outcome};
@@ -17,8 +19,12 @@ use crate::core::keys::object_key;
 use crate::core::trigger_time::TriggerTimeTracker;
 use crate::shell::apply::{WriteError, WriteErrorKind};
 use crate::shell::cache::Store;
+use crate::shell::coalescing::Coalescing;
 use crate::shell::events::{EventRecord, object_reference};
-use crate::shell::queue::{HoldPerSync, WorkQueue};
+use crate::shell::flag_group::{
+    ENDPOINT_UPDATES_BATCH_PERIOD, FlagGroup, Shared, WRITE_COALESCING_WINDOW, duration_of,
+};
+use crate::shell::queue::{HoldPerSync, RateLimit, WorkQueue};
 use crate::shell::watch::Change;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,15 +41,15 @@ pub(crate) const REASON_FAILED_TO_UPDATE: &str = "FailedToUpdateEndpoint";
 const ENDPOINTS_HOLD_PER_SYNC: HoldPerSync = HoldPerSync(1);
 
 /// The `--help` heading of this controller's flags and the mirroring controller's.
-pub const HEADING: &str = "Endpoints & mirroring";
+pub(crate) const HEADING: &str = "Endpoints & mirroring";
 
 /// The Endpoints controller's flags (kube-controller-manager's
 /// `EndpointControllerOptions`), flattened into `run`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EndpointsFlags {
+pub(crate) struct EndpointsFlags {
     /// Delay before a Pod change is synced into the Endpoints object, batching the
     /// changes that arrive meanwhile. Also the default of the two batch periods below.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
+    #[arg(long, id = ENDPOINT_UPDATES_BATCH_PERIOD, value_name = "DURATION", env = "SVCPLANE_ENDPOINT_UPDATES_BATCH_PERIOD",
           default_value = "0s", value_parser = crate::duration::parse_duration,
           help_heading = HEADING)]
     pub endpoint_updates_batch_period: Duration,
@@ -55,14 +61,17 @@ pub struct EndpointsFlags {
     pub concurrent_endpoint_syncs: u16,
 }
 
-impl EndpointsFlags {
-    /// The controller's settings; `coalescing` is `--write-coalescing-window`'s.
-    pub fn config(&self, coalescing: crate::shell::coalescing::Coalescing) -> Config {
-        Config {
+impl FlagGroup for EndpointsFlags {
+    type Config = Config;
+
+    /// Write coalescing is `--write-coalescing-window`'s (the EndpointSlice
+    /// controller's flag).
+    fn config(&self, all: &ArgMatches, _shared: &Shared) -> Result<Config, clap::Error> {
+        Ok(Config {
             batch_period: self.endpoint_updates_batch_period,
             workers: usize::from(self.concurrent_endpoint_syncs),
-            coalescing,
-        }
+            coalescing: Coalescing::from_window(duration_of(all, WRITE_COALESCING_WINDOW)?),
+        })
     }
 }
 
@@ -269,6 +278,14 @@ impl Controller for EndpointsController {
 
     fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
         Some(&self.parts.queue)
+    }
+}
+
+impl super::Registered for EndpointsController {
+    type Flags = EndpointsFlags;
+
+    fn build(b: &super::Build<'_>, config: Config) -> Self {
+        Self::new(b.parts(RateLimit::ENDPOINTS, Self::QUEUE), config)
     }
 }
 

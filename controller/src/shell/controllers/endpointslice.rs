@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use clap::ArgMatches;
+
 use super::slice_figures::{FigureBook, Figures, SliceGauges};
 use super::slice_writes::{SliceWrites, write_slices};
 use super::{Controller, Parts, SyncError, Syncer, lock, queue_pod_keys, spawn_workers, split_key};
@@ -30,10 +32,13 @@ use crate::shell::apply::WriteError;
 use crate::shell::cache::CachedPod;
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
+use crate::shell::flag_group::{
+    ENDPOINT_UPDATES_BATCH_PERIOD, FlagGroup, Shared, WRITE_COALESCING_WINDOW, duration_of,
+};
 use crate::shell::metrics::{
     ChangedPerSyncLabels, OperationLabels, ResultLabels, TrafficDistributionLabels,
 };
-use crate::shell::queue::{HoldPerSync, WorkQueue};
+use crate::shell::queue::{HoldPerSync, RateLimit, WorkQueue};
 use crate::shell::watch::Change;
 
 /// `reportingController` of this controller's events.
@@ -42,12 +47,12 @@ pub(crate) const COMPONENT: &str = "endpoint-slice-controller";
 const MIN_SLICE_EVENT_DELAY: Duration = Duration::from_secs(1);
 
 /// The `--help` heading of this controller's flags.
-pub const HEADING: &str = "EndpointSlice";
+pub(crate) const HEADING: &str = "EndpointSlice";
 
 /// The EndpointSlice controller's flags (kube-controller-manager's
 /// `EndpointSliceControllerOptions`, plus write coalescing), flattened into `run`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EndpointSliceFlags {
+pub(crate) struct EndpointSliceFlags {
     /// Maximum number of endpoints in one EndpointSlice (1..=1000).
     #[arg(long, value_name = "N", env = "SVCPLANE_MAX_ENDPOINTS_PER_SLICE",
           default_value_t = crate::core::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE as u16,
@@ -69,7 +74,7 @@ pub struct EndpointSliceFlags {
     /// half of it is spent), so the wait follows pressure, never more than this window
     /// (a quarter of it for Pods withdrawn, never behind additions). A Service not
     /// synced recently is synced at once. 0 syncs every change at once, as upstream.
-    #[arg(long, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
+    #[arg(long, id = WRITE_COALESCING_WINDOW, value_name = "DURATION", env = "SVCPLANE_WRITE_COALESCING_WINDOW",
           default_value = "250ms", value_parser = crate::duration::parse_duration,
           help_heading = HEADING)]
     pub write_coalescing_window: Duration,
@@ -84,21 +89,26 @@ pub struct EndpointSliceFlags {
 impl EndpointSliceFlags {
     /// The coalescing `--write-coalescing-window` asks for (the Endpoints controller
     /// reads it too).
-    pub fn coalescing(&self) -> crate::shell::coalescing::Coalescing {
+    pub(crate) fn coalescing(&self) -> crate::shell::coalescing::Coalescing {
         crate::shell::coalescing::Coalescing::from_window(self.write_coalescing_window)
     }
+}
 
-    /// The controller's settings; `endpoints_batch` is `--endpoint-updates-batch-period`,
-    /// the default of this controller's own batch period.
-    pub fn config(&self, endpoints_batch: Duration) -> Config {
-        Config {
+impl FlagGroup for EndpointSliceFlags {
+    type Config = Config;
+
+    /// `--endpoint-updates-batch-period` (the Endpoints controller's) is the default of
+    /// this controller's own batch period.
+    fn config(&self, all: &ArgMatches, _shared: &Shared) -> Result<Config, clap::Error> {
+        let endpoints_batch = duration_of(all, ENDPOINT_UPDATES_BATCH_PERIOD)?;
+        Ok(Config {
             max_endpoints_per_slice: usize::from(self.max_endpoints_per_slice),
             workers: usize::from(self.concurrent_service_endpoint_syncs),
             batch_period: self
                 .endpointslice_updates_batch_period
                 .unwrap_or(endpoints_batch),
             coalescing: self.coalescing(),
-        }
+        })
     }
 }
 
@@ -138,6 +148,14 @@ pub(crate) struct EndpointSliceController {
     topology: Mutex<TopologyPolicy>,
     /// Wakes the topology task (Node changes are coalesced into one recomputation).
     topology_dirty: Notify,
+}
+
+impl super::Registered for EndpointSliceController {
+    type Flags = EndpointSliceFlags;
+
+    fn build(b: &super::Build<'_>, config: Config) -> Self {
+        Self::new(b.parts(RateLimit::ENDPOINT_SLICE, Self::QUEUE), config)
+    }
 }
 
 /// A Service in a burst is held three times its last slice sync (write coalescing):

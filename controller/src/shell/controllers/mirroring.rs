@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::time::Instant;
 
+use clap::ArgMatches;
+
 use super::slice_figures::{FigureBook, Figures, SliceGauges};
 use super::slice_writes::{SliceWrites, write_slices};
 use super::{Controller, Parts, SyncError, Syncer, lock, spawn_workers, split_key};
@@ -17,8 +19,9 @@ use crate::core::mirroring::triggers::{keys_for_endpoints, keys_for_service, key
 use crate::core::mirroring::{self as core_mirroring, MirrorStats, is_mirrored_slice_of};
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
+use crate::shell::flag_group::{ENDPOINT_UPDATES_BATCH_PERIOD, FlagGroup, Shared, duration_of};
 use crate::shell::metrics::OperationLabels;
-use crate::shell::queue::WorkQueue;
+use crate::shell::queue::{RateLimit, WorkQueue};
 use crate::shell::watch::Change;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +32,7 @@ pub(crate) const COMPONENT: &str = "endpoint-slice-mirroring-controller";
 /// The mirroring controller's flags (kube-controller-manager's
 /// `EndpointSliceMirroringControllerOptions`), flattened into `run`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct MirroringFlags {
+pub(crate) struct MirroringFlags {
     /// Maximum number of addresses mirrored per Endpoints subset (1..=1000).
     #[arg(long, value_name = "N", env = "SVCPLANE_MIRRORING_MAX_ENDPOINTS_PER_SUBSET",
           default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000),
@@ -49,17 +52,20 @@ pub struct MirroringFlags {
     pub mirroring_concurrent_service_endpoint_syncs: u16,
 }
 
-impl MirroringFlags {
-    /// The controller's settings; `endpoints_batch` is `--endpoint-updates-batch-period`,
-    /// the default of this controller's own batch period.
-    pub fn config(&self, endpoints_batch: Duration) -> Config {
-        Config {
+impl FlagGroup for MirroringFlags {
+    type Config = Config;
+
+    /// `--endpoint-updates-batch-period` (the Endpoints controller's) is the default of
+    /// this controller's own batch period.
+    fn config(&self, all: &ArgMatches, _shared: &Shared) -> Result<Config, clap::Error> {
+        let endpoints_batch = duration_of(all, ENDPOINT_UPDATES_BATCH_PERIOD)?;
+        Ok(Config {
             max_endpoints_per_subset: usize::from(self.mirroring_max_endpoints_per_subset),
             workers: usize::from(self.mirroring_concurrent_service_endpoint_syncs),
             batch_period: self
                 .mirroring_endpointslice_updates_batch_period
                 .unwrap_or(endpoints_batch),
-        }
+        })
     }
 }
 
@@ -236,6 +242,14 @@ impl Controller for MirroringController {
 
     fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
         Some(&self.parts.queue)
+    }
+}
+
+impl super::Registered for MirroringController {
+    type Flags = MirroringFlags;
+
+    fn build(b: &super::Build<'_>, config: Config) -> Self {
+        Self::new(b.parts(RateLimit::MIRRORING, Self::QUEUE), config)
     }
 }
 

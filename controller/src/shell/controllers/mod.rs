@@ -35,6 +35,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use super::apply::{WriteError, Writer};
 use super::cache::Cache;
 use super::events::EventRecorder;
+use super::flag_group::FlagGroup;
 use super::metrics::{Metrics, QueueLabels};
 use super::options::ControllerOptions;
 use super::queue::{RateLimit, WorkQueue};
@@ -153,6 +154,14 @@ pub(crate) trait Controller: Send + Sync + std::fmt::Debug + 'static {
     fn queue(&self) -> Option<&Arc<WorkQueue<String>>> {
         None
     }
+}
+
+/// A controller the registry builds: its flag group, and how it is built from the
+/// settings that group made.
+pub(crate) trait Registered: Controller + Sized + 'static {
+    type Flags: FlagGroup;
+
+    fn build(b: &Build<'_>, config: <Self::Flags as FlagGroup>::Config) -> Self;
 }
 
 /// Everything building a controller takes.

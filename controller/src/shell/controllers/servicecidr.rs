@@ -10,7 +10,6 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -19,14 +18,28 @@ use super::{Controller, Parts, SyncError, Syncer, spawn_workers};
 use crate::core::event::PlannedEvent;
 use crate::core::servicecidr::triggers::{keys_for_ip_address, keys_for_service_cidr};
 use crate::core::servicecidr::{
-    self as core_cidr, CONTROLLER_NAME, FINALIZER, MSG_ERROR, REASON_ERROR, ReadyCondition, Write,
+    self as core_cidr, CONTROLLER_NAME, MSG_ERROR, REASON_ERROR, Sent, Write,
 };
 use crate::shell::cache::Store;
 use crate::shell::events::{EventRecord, object_reference};
-use crate::shell::queue::WorkQueue;
+use crate::shell::flag_group::{FlagGroup, Shared};
+use crate::shell::queue::{RateLimit, WorkQueue};
 use crate::shell::watch::Change;
 
 const RESOURCE: &str = "servicecidrs";
+
+/// The ServiceCIDR controller's flags: none (kube-controller-manager has none
+/// either; it runs 5 workers).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServiceCidrFlags {}
+
+impl FlagGroup for ServiceCidrFlags {
+    type Config = Config;
+
+    fn config(&self, _all: &clap::ArgMatches, _shared: &Shared) -> Result<Config, clap::Error> {
+        Ok(Config { workers: 5 })
+    }
+}
 
 /// Settings of the ServiceCIDR controller.
 #[derive(Debug, Clone, Copy)]
@@ -58,13 +71,9 @@ impl ServiceCidrController {
     }
 
     async fn write(&self, name: &str, write: &Write) -> Result<(), SyncError> {
-        match write {
-            Write::AddFinalizer | Write::RemoveFinalizer => {
-                let body = if *write == Write::AddFinalizer {
-                    json!({"metadata": {"finalizers": [FINALIZER]}})
-                } else {
-                    json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}})
-                };
+        let body = write.body(name, Timestamp::now());
+        match write.sent() {
+            Sent::StrategicMerge => {
                 self.parts
                     .writer
                     .patch_cluster::<ServiceCIDR>(
@@ -76,31 +85,23 @@ impl ServiceCidrController {
                     )
                     .await?;
             }
-            Write::SetReady(c) => {
-                let result = self.apply_ready(name, c).await;
+            Sent::ApplyStatus => {
+                let result = self
+                    .parts
+                    .writer
+                    .patch_cluster::<ServiceCIDR>(
+                        RESOURCE,
+                        name,
+                        &PatchParams::apply(CONTROLLER_NAME).force(),
+                        &Patch::Apply(body),
+                        true,
+                    )
+                    .await;
                 if let Err(e) = &result
-                    && c.status == "True"
+                    && matches!(write, Write::SetReady(c) if c.status == "True")
                 {
                     debug!(servicecidr = name, error = %e, "status not written");
-                    let uid = self
-                        .parts
-                        .cache
-                        .service_cidrs
-                        .read()
-                        .get("", name)
-                        .and_then(|o| o.metadata.uid.clone());
-                    self.parts.events.record(EventRecord::from_planned(
-                        object_reference(
-                            "networking.k8s.io/v1",
-                            "ServiceCIDR",
-                            "",
-                            name,
-                            uid.as_deref(),
-                        ),
-                        CONTROLLER_NAME,
-                        "Reconcile",
-                        &PlannedEvent::warning(REASON_ERROR, MSG_ERROR.to_owned()),
-                    ));
+                    self.record_error(name);
                 }
                 result?;
             }
@@ -108,30 +109,27 @@ impl ServiceCidrController {
         Ok(())
     }
 
-    async fn apply_ready(&self, name: &str, c: &ReadyCondition) -> Result<(), SyncError> {
-        let body = json!({
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "ServiceCIDR",
-            "metadata": {"name": name},
-            "status": {"conditions": [{
-                "type": core_cidr::CONDITION_READY,
-                "status": c.status,
-                "reason": c.reason,
-                "message": c.message,
-                "lastTransitionTime": Timestamp::now().to_string(),
-            }]},
-        });
-        self.parts
-            .writer
-            .patch_cluster::<ServiceCIDR>(
-                RESOURCE,
+    /// Upstream's Warning when the `Ready=True` status cannot be written.
+    fn record_error(&self, name: &str) {
+        let uid = self
+            .parts
+            .cache
+            .service_cidrs
+            .read()
+            .get("", name)
+            .and_then(|o| o.metadata.uid.clone());
+        self.parts.events.record(EventRecord::from_planned(
+            object_reference(
+                "networking.k8s.io/v1",
+                "ServiceCIDR",
+                "",
                 name,
-                &PatchParams::apply(CONTROLLER_NAME).force(),
-                &Patch::Apply(body),
-                true,
-            )
-            .await?;
-        Ok(())
+                uid.as_deref(),
+            ),
+            CONTROLLER_NAME,
+            "Reconcile",
+            &PlannedEvent::warning(REASON_ERROR, MSG_ERROR.to_owned()),
+        ));
     }
 
     async fn sync_key(&self, key: &str) -> Result<(), SyncError> {
@@ -153,6 +151,15 @@ impl ServiceCidrController {
             self.parts.queue.add_after(key.to_owned(), after);
         }
         Ok(())
+    }
+}
+
+impl super::Registered for ServiceCidrController {
+    type Flags = ServiceCidrFlags;
+
+    fn build(b: &super::Build<'_>, config: Config) -> Self {
+        // client-go's default controller limiter, as upstream's queue uses.
+        Self::new(b.parts(RateLimit::ENDPOINTS, Self::QUEUE), config)
     }
 }
 

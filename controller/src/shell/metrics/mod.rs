@@ -9,142 +9,32 @@
 //! without it (`endpoint_slice_controller_changes`, ...). svcplane's own figures carry
 //! the `svcplane_` prefix. Label values are bounded (verbs, resources, results), never
 //! object names.
+//!
+//! A controller's own metrics are a type of their own in this directory
+//! (`endpointslice`, `mirroring`; client-go's queue metrics in `queue`) that creates
+//! and registers them; [`Metrics::new`] calls each once, so a follower exports the
+//! same families as the leader, at zero (kube-controller-manager registers a
+//! controller's metrics when it starts the controller, so only on its leader).
 
 use std::fmt;
 use std::sync::Arc;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use svcplane_webhook::metrics::WebhookMetrics;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OperationLabels {
-    pub operation: &'static str,
-}
+mod endpointslice;
+mod labels;
+mod mirroring;
+mod queue;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ChangedPerSyncLabels {
-    pub topology: &'static str,
-    pub traffic_distribution: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TrafficDistributionLabels {
-    pub traffic_distribution: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub name: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LeaseLabels {
-    pub name: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
-    pub controller: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriteLabels {
-    pub verb: &'static str,
-    pub resource: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriteErrorLabels {
-    pub verb: &'static str,
-    pub resource: &'static str,
-    pub reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabels {
-    pub resource: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: &'static str,
-    pub commit: &'static str,
-}
-
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn per_sync_buckets() -> Histogram {
-    // Upstream: exponential buckets 2, 4, ..., 32768.
-    Histogram::new(exponential_buckets(2.0, 2.0, 15))
-}
-
-fn default_buckets() -> Histogram {
-    // Prometheus' DefBuckets, which upstream uses for endpointslices_changed_per_sync.
-    Histogram::new([
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-    ])
-}
-
-/// client-go's workqueue buckets: 10 ns to 1000 s, ×10 each.
-fn workqueue_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(1e-8, 10.0, 12))
-}
-
-fn duration_buckets() -> Histogram {
-    // 1 ms to ~16 s.
-    Histogram::new(exponential_buckets(0.001, 2.0, 15))
-}
-
-/// The EndpointSlice controller's upstream metrics (ES-2.13).
-#[derive(Debug, Clone)]
-pub struct EndpointSliceMetrics {
-    pub endpoints_added_per_sync: Histogram,
-    pub endpoints_removed_per_sync: Histogram,
-    pub endpoints_desired: Gauge,
-    pub num_endpoint_slices: Gauge,
-    pub desired_endpoint_slices: Gauge,
-    pub changes: Family<OperationLabels, Counter>,
-    pub endpointslices_changed_per_sync: HistogramFamily<ChangedPerSyncLabels>,
-    pub syncs: Family<ResultLabels, Counter>,
-    pub services_count_by_traffic_distribution: Family<TrafficDistributionLabels, Gauge>,
-}
-
-/// The mirroring controller's upstream metrics (MR-5.4).
-#[derive(Debug, Clone)]
-pub struct MirroringMetrics {
-    pub endpoints_added_per_sync: Histogram,
-    pub endpoints_updated_per_sync: Histogram,
-    pub endpoints_removed_per_sync: Histogram,
-    pub addresses_skipped_per_sync: Histogram,
-    pub endpoints_sync_duration: Histogram,
-    pub endpoints_desired: Gauge,
-    pub num_endpoint_slices: Gauge,
-    pub desired_endpoint_slices: Gauge,
-    pub changes: Family<OperationLabels, Counter>,
-}
-
-/// client-go's workqueue metrics, labelled by queue name.
-#[derive(Debug, Clone)]
-pub struct QueueMetrics {
-    pub depth: Family<QueueLabels, Gauge>,
-    pub adds: Family<QueueLabels, Counter>,
-    pub retries: Family<QueueLabels, Counter>,
-    pub work_duration: HistogramFamily<QueueLabels>,
-    pub queue_duration: HistogramFamily<QueueLabels>,
-    pub unfinished_work: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    pub longest_running: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-}
+pub use endpointslice::EndpointSliceMetrics;
+pub use labels::*;
+pub use mirroring::MirroringMetrics;
+pub use queue::QueueMetrics;
 
 /// Run before every scrape, to bring values computed from live state up to date.
 type ScrapeHook = Box<dyn Fn() + Send + Sync>;
@@ -183,174 +73,9 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::default();
-        let es = EndpointSliceMetrics {
-            endpoints_added_per_sync: per_sync_buckets(),
-            endpoints_removed_per_sync: per_sync_buckets(),
-            endpoints_desired: Gauge::default(),
-            num_endpoint_slices: Gauge::default(),
-            desired_endpoint_slices: Gauge::default(),
-            changes: Family::default(),
-            endpointslices_changed_per_sync: Family::new_with_constructor(default_buckets),
-            syncs: Family::default(),
-            services_count_by_traffic_distribution: Family::default(),
-        };
-        let p = "endpoint_slice_controller_";
-        r.register(
-            format!("{p}endpoints_added_per_sync"),
-            "Number of endpoints added on each Service sync",
-            es.endpoints_added_per_sync.clone(),
-        );
-        r.register(
-            format!("{p}endpoints_removed_per_sync"),
-            "Number of endpoints removed on each Service sync",
-            es.endpoints_removed_per_sync.clone(),
-        );
-        r.register(
-            format!("{p}endpoints_desired"),
-            "Number of endpoints desired",
-            es.endpoints_desired.clone(),
-        );
-        r.register(
-            format!("{p}num_endpoint_slices"),
-            "Number of EndpointSlices",
-            es.num_endpoint_slices.clone(),
-        );
-        r.register(
-            format!("{p}desired_endpoint_slices"),
-            "Number of EndpointSlices that would exist with perfect endpoint allocation",
-            es.desired_endpoint_slices.clone(),
-        );
-        r.register(
-            format!("{p}changes"),
-            "Number of EndpointSlice changes",
-            es.changes.clone(),
-        );
-        r.register(
-            format!("{p}endpointslices_changed_per_sync"),
-            "Number of EndpointSlices changed on each Service sync",
-            es.endpointslices_changed_per_sync.clone(),
-        );
-        r.register(
-            format!("{p}syncs"),
-            "Number of EndpointSlice syncs",
-            es.syncs.clone(),
-        );
-        r.register(
-            format!("{p}services_count_by_traffic_distribution"),
-            "Number of Services using a given trafficDistribution preference",
-            es.services_count_by_traffic_distribution.clone(),
-        );
-
-        let m = MirroringMetrics {
-            endpoints_added_per_sync: per_sync_buckets(),
-            endpoints_updated_per_sync: per_sync_buckets(),
-            endpoints_removed_per_sync: per_sync_buckets(),
-            addresses_skipped_per_sync: per_sync_buckets(),
-            endpoints_sync_duration: duration_buckets(),
-            endpoints_desired: Gauge::default(),
-            num_endpoint_slices: Gauge::default(),
-            desired_endpoint_slices: Gauge::default(),
-            changes: Family::default(),
-        };
-        let p = "endpoint_slice_mirroring_controller_";
-        for (name, help, h) in [
-            (
-                "endpoints_added_per_sync",
-                "Number of endpoints added on each Endpoints sync",
-                &m.endpoints_added_per_sync,
-            ),
-            (
-                "endpoints_updated_per_sync",
-                "Number of endpoints updated on each Endpoints sync",
-                &m.endpoints_updated_per_sync,
-            ),
-            (
-                "endpoints_removed_per_sync",
-                "Number of endpoints removed on each Endpoints sync",
-                &m.endpoints_removed_per_sync,
-            ),
-            (
-                "addresses_skipped_per_sync",
-                "Number of addresses skipped on each Endpoints sync (invalid or over the maximum)",
-                &m.addresses_skipped_per_sync,
-            ),
-            (
-                "endpoints_sync_duration",
-                "Duration of an Endpoints sync in seconds",
-                &m.endpoints_sync_duration,
-            ),
-        ] {
-            r.register(format!("{p}{name}"), help, h.clone());
-        }
-        for (name, help, g) in [
-            (
-                "endpoints_desired",
-                "Number of endpoints desired",
-                &m.endpoints_desired,
-            ),
-            (
-                "num_endpoint_slices",
-                "Number of mirrored EndpointSlices",
-                &m.num_endpoint_slices,
-            ),
-            (
-                "desired_endpoint_slices",
-                "Number of mirrored EndpointSlices that would exist with perfect allocation",
-                &m.desired_endpoint_slices,
-            ),
-        ] {
-            r.register(format!("{p}{name}"), help, g.clone());
-        }
-        r.register(
-            format!("{p}changes"),
-            "Number of mirrored EndpointSlice changes",
-            m.changes.clone(),
-        );
-
-        let q = QueueMetrics {
-            depth: Family::default(),
-            adds: Family::default(),
-            retries: Family::default(),
-            work_duration: Family::new_with_constructor(workqueue_buckets),
-            queue_duration: Family::new_with_constructor(workqueue_buckets),
-            unfinished_work: Family::default(),
-            longest_running: Family::default(),
-        };
-        r.register(
-            "workqueue_depth",
-            "Current depth of the work queue",
-            q.depth.clone(),
-        );
-        r.register(
-            "workqueue_adds",
-            "Adds handled by the work queue",
-            q.adds.clone(),
-        );
-        r.register(
-            "workqueue_retries",
-            "Retries handled by the work queue",
-            q.retries.clone(),
-        );
-        r.register(
-            "workqueue_work_duration_seconds",
-            "How long processing one item takes",
-            q.work_duration.clone(),
-        );
-        r.register(
-            "workqueue_queue_duration_seconds",
-            "How long an item stays in the queue before it is handed to a worker",
-            q.queue_duration.clone(),
-        );
-        r.register(
-            "workqueue_unfinished_work_seconds",
-            "Seconds of work in progress not yet observed by work_duration (large values mean stuck workers)",
-            q.unfinished_work.clone(),
-        );
-        r.register(
-            "workqueue_longest_running_processor_seconds",
-            "How long the longest-running worker has been processing its item",
-            q.longest_running.clone(),
-        );
+        let es = EndpointSliceMetrics::register(&mut r);
+        let m = MirroringMetrics::register(&mut r);
+        let q = QueueMetrics::register(&mut r);
 
         let leader: Family<LeaseLabels, Gauge> = Family::default();
         r.register(
@@ -622,5 +347,50 @@ mod tests {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
         assert_eq!(m.api_writes("create", "endpointslices"), 1);
+    }
+}
+
+#[cfg(test)]
+mod upstream_names {
+    use super::{Metrics, OperationLabels};
+
+    /// ES-2.13, MR-5.4: the families kube-controller-manager's two slice controllers
+    /// export are exported under its names, whichever type registers them (a labelled
+    /// family shows once it has a sample, as in client_golang).
+    #[test]
+    fn every_upstream_slice_controller_family_is_exported() {
+        let m = Metrics::new();
+        let create = OperationLabels {
+            operation: "create",
+        };
+        m.endpoint_slice().changes.get_or_create(&create).inc();
+        m.mirroring().changes.get_or_create(&create).inc();
+        // As `/metrics` serves it (upstream's counters without `_total`).
+        let text = crate::shell::exposition::to_prometheus_text(&m.encode());
+        let es = "endpoint_slice_controller_";
+        let mr = "endpoint_slice_mirroring_controller_";
+        let both = [
+            "endpoints_added_per_sync",
+            "endpoints_removed_per_sync",
+            "endpoints_desired",
+            "num_endpoint_slices",
+            "desired_endpoint_slices",
+            "changes",
+        ];
+        let mirroring_only = [
+            "endpoints_updated_per_sync",
+            "addresses_skipped_per_sync",
+            "endpoints_sync_duration",
+        ];
+        let want = both
+            .iter()
+            .flat_map(|f| [format!("{es}{f}"), format!("{mr}{f}")])
+            .chain(mirroring_only.iter().map(|f| format!("{mr}{f}")));
+        for name in want {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} is not exported"
+            );
+        }
     }
 }
