@@ -186,25 +186,9 @@ impl SnapshotBuilder {
             Kind::Pod => insert(&mut self.snapshot.pods, value),
             Kind::EndpointSlice => insert(&mut self.snapshot.endpoint_slices, value),
             Kind::Endpoints => insert(&mut self.snapshot.endpoints, value),
-            Kind::Node => decode::<Node>(value).and_then(|node| {
-                let key = key_of(&node)?;
-                self.snapshot.nodes.insert(key.name.clone(), Arc::new(node));
-                Ok(key)
-            }),
-            Kind::ServiceCidr => decode::<ServiceCIDR>(value).and_then(|cidr| {
-                let key = key_of(&cidr)?;
-                self.snapshot
-                    .service_cidrs
-                    .insert(key.name.clone(), Arc::new(cidr));
-                Ok(key)
-            }),
-            Kind::IpAddress => decode::<IPAddress>(value).and_then(|address| {
-                let key = key_of(&address)?;
-                self.snapshot
-                    .ip_addresses
-                    .insert(key.name.clone(), Arc::new(address));
-                Ok(key)
-            }),
+            Kind::Node => insert_by_name(&mut self.snapshot.nodes, value),
+            Kind::ServiceCidr => insert_by_name(&mut self.snapshot.service_cidrs, value),
+            Kind::IpAddress => insert_by_name(&mut self.snapshot.ip_addresses, value),
         };
         let key = stored.map_err(|reason| InputError::object(&origin, &object, reason))?;
         if let Some(previous) = self
@@ -266,6 +250,17 @@ fn key_of<T: Metadata<Ty = ObjectMeta>>(obj: &T) -> Result<Key, String> {
         }),
         _ => Err("metadata.name is missing".to_owned()),
     }
+}
+
+/// Decodes a cluster-scoped object and stores it under its name; returns its key.
+fn insert_by_name<T: DeserializeOwned + Metadata<Ty = ObjectMeta>>(
+    map: &mut BTreeMap<String, Arc<T>>,
+    value: Value,
+) -> Result<Key, String> {
+    let obj: T = decode(value)?;
+    let key = key_of(&obj)?;
+    map.insert(key.name.clone(), Arc::new(obj));
+    Ok(key)
 }
 
 /// Decodes `value` and stores it under its key, which it returns.

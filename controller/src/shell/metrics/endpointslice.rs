@@ -42,31 +42,39 @@ impl EndpointSliceMetrics {
             services_count_by_traffic_distribution: Family::default(),
         };
         let p = "endpoint_slice_controller_";
-        r.register(
-            format!("{p}endpoints_added_per_sync"),
-            "Number of endpoints added on each Service sync",
-            es.endpoints_added_per_sync.clone(),
-        );
-        r.register(
-            format!("{p}endpoints_removed_per_sync"),
-            "Number of endpoints removed on each Service sync",
-            es.endpoints_removed_per_sync.clone(),
-        );
-        r.register(
-            format!("{p}endpoints_desired"),
-            "Number of endpoints desired",
-            es.endpoints_desired.clone(),
-        );
-        r.register(
-            format!("{p}num_endpoint_slices"),
-            "Number of EndpointSlices",
-            es.num_endpoint_slices.clone(),
-        );
-        r.register(
-            format!("{p}desired_endpoint_slices"),
-            "Number of EndpointSlices that would exist with perfect endpoint allocation",
-            es.desired_endpoint_slices.clone(),
-        );
+        for (name, help, h) in [
+            (
+                "endpoints_added_per_sync",
+                "Number of endpoints added on each Service sync",
+                &es.endpoints_added_per_sync,
+            ),
+            (
+                "endpoints_removed_per_sync",
+                "Number of endpoints removed on each Service sync",
+                &es.endpoints_removed_per_sync,
+            ),
+        ] {
+            r.register(format!("{p}{name}"), help, h.clone());
+        }
+        for (name, help, g) in [
+            (
+                "endpoints_desired",
+                "Number of endpoints desired",
+                &es.endpoints_desired,
+            ),
+            (
+                "num_endpoint_slices",
+                "Number of EndpointSlices",
+                &es.num_endpoint_slices,
+            ),
+            (
+                "desired_endpoint_slices",
+                "Number of EndpointSlices that would exist with perfect endpoint allocation",
+                &es.desired_endpoint_slices,
+            ),
+        ] {
+            r.register(format!("{p}{name}"), help, g.clone());
+        }
         r.register(
             format!("{p}changes"),
             "Number of EndpointSlice changes",
