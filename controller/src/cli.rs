@@ -119,6 +119,10 @@ pub enum ExplainWhat {
     /// would hand it out.
     #[command(name = "nodeport")]
     NodePort(ExplainNodePort),
+    /// Every ClusterIP range (the cluster's ServiceCIDRs, or the flags') and the
+    /// NodePort range: their static and dynamic bands, used and free, the automatic
+    /// picks left before the static band, and the namespaces holding the most.
+    Range(ExplainRange),
 }
 
 impl ExplainWhat {
@@ -128,6 +132,7 @@ impl ExplainWhat {
             ExplainWhat::Service(o) | ExplainWhat::Pod(o) => &o.source,
             ExplainWhat::Ip(i) => &i.source,
             ExplainWhat::NodePort(p) => &p.source,
+            ExplainWhat::Range(r) => &r.source,
         }
     }
 }
@@ -191,6 +196,16 @@ pub struct ExplainNodePort {
     #[arg(value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
 
+    #[command(flatten)]
+    pub ranges: AllocatorRanges,
+
+    #[command(flatten)]
+    pub source: ExplainSource,
+}
+
+/// `explain range`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainRange {
     #[command(flatten)]
     pub ranges: AllocatorRanges,
 

@@ -229,6 +229,49 @@ fn nodeport_golden() {
     assert!(free.contains("is admitted, with a warning"), "{free}");
 }
 
+/// `explain range`: each range's bands with their counts, from the flags on the demo
+/// dump and from the ServiceCIDR objects of plan's dump (the one being deleted hands
+/// out nothing).
+#[test]
+fn range_golden() {
+    let text = ok(explain(&["range", "-f", DEMO]), &[DEMO_WARNING]);
+    assert!(
+        text.contains("ClusterIP ranges, from --service-cluster-ip-range:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NodePort range, from --service-node-port-range:"),
+        "{text}"
+    );
+    golden("range-demo.txt", &text);
+    let cidrs = ok(
+        explain(&[
+            "range",
+            "-f",
+            "tests/golden/inputs/service-cidrs.yaml",
+            "-o",
+            "json",
+        ]),
+        &[],
+    );
+    let doc: serde_json::Value = serde_json::from_str(&cidrs).expect("JSON");
+    assert_eq!(doc["clusterIpSource"], "the cluster's ServiceCIDR objects");
+    let ranges = doc["clusterIpRanges"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<(&str, bool)> = ranges
+        .iter()
+        .map(|r| {
+            (
+                r["serviceCidrs"][0].as_str().unwrap_or_default(),
+                r["handsOut"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("kubernetes", true), ("retiring", false)], "{doc}");
+}
+
 #[test]
 fn range_flags_change_the_answer() {
     let text = ok(

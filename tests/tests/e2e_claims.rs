@@ -4,7 +4,8 @@
 //! the envtest kube-apiserver, registers webhook configurations for its own namespace,
 //! and checks what an operator would see: a deleted Service's ClusterIP and nodePort
 //! can be taken again at once (by any replica, leader or not), churn through tiny ranges
-//! never fails, and the claims left afterwards are exactly those of live Services — the
+//! never fails, a restored Service gets the values its annotations ask for, and the
+//! claims left afterwards are exactly those of live Services — the
 //! repair loop as shipped (its pace set by the watches' own sync signals) deletes the
 //! rest. Each test uses ranges of its own inside the API server's 10.96.0.0/16; they
 //! run one at a time (`SERIAL`) because every webhook process watches and repairs
@@ -274,6 +275,73 @@ async fn a_deleted_services_ip_and_node_port_are_taken_again_at_once_under_anoth
             .metric("svcplane_webhook_claims_released_total{reason=\"service_gone\"}")
             .unwrap_or(0.0)
             >= 2.0
+    );
+    envtest::delete_namespace(&env.client, &ns).await;
+}
+
+/// A Service restored without its values (as Velero restores one: `clusterIP` blanked)
+/// but carrying them in `svcplane.io/requested-cluster-ips` and
+/// `svcplane.io/requested-node-ports` gets them back; a second Service asking for the
+/// same values gets automatic ones, and `kubectl` prints the webhook's warning naming
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_service_gets_the_values_its_annotations_ask_for() {
+    let Some(env) = env("e2e_claims_requested").await else {
+        return;
+    };
+    let ranges = Ranges {
+        third: 214,
+        first_port: 30600,
+    };
+    let (_webhook, url) = start_webhook(&env, "claims-requested", ranges).await;
+    let ns = webhook_namespace(&env, "svcplane-claims-requested-", &url).await;
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &ns);
+    let original = create_through_webhook(&services, &node_port_service("web"), ranges).await;
+    let (ip, port) = values_of(&original);
+    let kc = env.cluster.kubeconfig.as_path();
+    kubectl_ok(kc, &["-n", &ns, "delete", "service", "web"], "").unwrap();
+    let restored = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  annotations:\n    \
+             svcplane.io/requested-cluster-ips: \"{ip}\"\n    \
+             svcplane.io/requested-node-ports: \"80/TCP={port}\"\nspec:\n  type: NodePort\n  \
+             selector: {{app: web}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+        )
+    };
+    // The restore, as an operator runs it; the deleted Service's values are free again
+    // at once (see the test above), so it gets them on the first create.
+    let out = kubectl(kc, &["-n", &ns, "create", "-f", "-"], &restored("web")).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("Warning"), "{stderr}");
+    let web = services.get("web").await.unwrap();
+    assert_eq!(
+        values_of(&web),
+        (ip.clone(), port),
+        "the restore got its values back"
+    );
+    // Another Service asking for the same values: admitted with automatic ones.
+    let out = kubectl(kc, &["-n", &ns, "create", "-f", "-"], &restored("copy")).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Warning: svcplane.io/requested-cluster-ips: {ip} not given (failed to allocate IP {ip}: provided IP is already allocated); the Service gets automatic ClusterIPs"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Warning: svcplane.io/requested-node-ports: 80/TCP={port} not given (provided port is already allocated)"
+        )),
+        "{stderr}"
+    );
+    let copy = services.get("copy").await.unwrap();
+    let (copy_ip, copy_port) = values_of(&copy);
+    assert_ne!((copy_ip.as_str(), copy_port), (ip.as_str(), port));
+    assert!(
+        copy_ip.starts_with(&format!("10.96.{}.", ranges.third)),
+        "{copy_ip}"
     );
     envtest::delete_namespace(&env.client, &ns).await;
 }

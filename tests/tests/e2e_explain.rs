@@ -2,8 +2,8 @@
 //! runs it: `kubectl svcplane explain service …` through kubectl's own plugin
 //! mechanism (upstream kubectl from the envtest harness finds the shipped
 //! `kubectl-svcplane` binary on `PATH` and hands it `KUBECONFIG`), and the
-//! shipped `svcplane` binary for `explain pod`, `explain ip` and
-//! `explain nodeport`. Every object is created through the API server; the
+//! shipped `svcplane` binary for `explain pod`, `explain ip`,
+//! `explain nodeport` and `explain range`. Every object is created through the API server; the
 //! test checks each Pod's verdict and reason, that explain wrote nothing, and
 //! that after the slices are written (by the shipped `svcplane run`, started for
 //! that step) explain reports them in sync.
@@ -426,6 +426,44 @@ async fn svcplane_explain_pod_ip_and_nodeport_live() {
     assert!(
         free.contains("held by:  nobody") && free.contains("is admitted"),
         "{free}"
+    );
+
+    // explain range: the cluster's ServiceCIDR (kube-apiserver's `kubernetes`) with this
+    // namespace's ClusterIPs counted, and the NodePort range with np's port.
+    let out = success(&svcplane_explain(&bins, &cluster, &["range", "-o", "json"]));
+    let doc: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        doc["clusterIpSource"], "the cluster's ServiceCIDR objects",
+        "{doc}"
+    );
+    let first = &doc["clusterIpRanges"][0];
+    assert_eq!(first["serviceCidrs"][0], "kubernetes", "{doc}");
+    assert_eq!(first["handsOut"], true, "{doc}");
+    let held_here = |range: &Value| {
+        range["topNamespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["namespace"] == ns.as_str())
+            .and_then(|n| n["values"].as_u64())
+    };
+    // web, api and np have ClusterIPs; kubernetes' own is in `default`.
+    assert_eq!(held_here(first), Some(3), "{doc}");
+    assert!(first["used"].as_u64().unwrap_or_default() >= 4, "{doc}");
+    let node_ports = &doc["nodePortRange"];
+    assert_eq!(node_ports["range"], "30000-32767", "{doc}");
+    assert_eq!(held_here(node_ports), Some(1), "{doc}");
+    assert!(
+        node_ports["dynamicBand"]["used"]
+            .as_u64()
+            .unwrap_or_default()
+            >= 1,
+        "{doc}"
+    );
+    let text = success(&svcplane_explain(&bins, &cluster, &["range"]));
+    assert!(
+        text.contains("automatic picks before the static band:"),
+        "{text}"
     );
 
     // Nothing explain read was written: still no slices, the claim unchanged.

@@ -16,13 +16,15 @@ use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 use serde_json::json;
 use svcplane_allocator::range::{IpFamily, parse_ip_sloppy};
-use svcplane_allocator::{AllocatorConfig, Claim};
+use svcplane_allocator::service_cidrs::ServiceCidrView;
+use svcplane_allocator::{AllocatorConfig, Claim, ConfigError};
 use svcplane_webhook::claim::claim_name;
 use svcplane_webhook::review::{self, Decoded, MutateDecision};
 use svcplane_webhook::shell::holders::HolderSource;
 use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
 
 use super::world::{Availability, World};
+use crate::cli::AllocatorRanges;
 
 /// Namespace and name of the Service the probe review asks for: a namespace
 /// name no cluster can have (namespaces are DNS labels, without dots), so the
@@ -96,6 +98,28 @@ pub struct WebhookAnswer {
     pub warnings: Vec<String>,
     /// What the answer means, in words.
     pub summary: String,
+}
+
+/// The ranges `explain` reasons with, and whether they are the cluster's: its
+/// ServiceCIDR objects when `--service-ranges-from=cluster` and the world has some
+/// that parse (the webhook follows them), else the flags'.
+pub fn ranges_of(
+    world: &World,
+    flags: &AllocatorRanges,
+) -> Result<(AllocatorConfig, bool), ConfigError> {
+    let config = flags.config()?;
+    if flags.follow_cluster() {
+        let views: Vec<ServiceCidrView> = world
+            .snapshot
+            .service_cidrs
+            .values()
+            .map(|c| ServiceCidrView::of(c))
+            .collect();
+        if let Some(cluster) = config.with_service_cidrs(&views) {
+            return Ok((cluster, true));
+        }
+    }
+    Ok((config, false))
 }
 
 /// The allocation state the webhook would have for this world: claims,
@@ -438,7 +462,8 @@ fn webhook_answer(mut state: AllocationState, value: Claim, what: &str) -> Webho
     }
 }
 
-fn notes(world: &World) -> Vec<String> {
+/// What the world could not read of the kinds that hold values.
+pub(super) fn api_notes(world: &World) -> Vec<String> {
     let mut out = Vec::new();
     if world.ip_address_api == Availability::NotServed {
         out.push("this API server serves no IPAddress objects (networking.k8s.io/v1)".to_owned());
@@ -449,6 +474,11 @@ fn notes(world: &World) -> Vec<String> {
                 .to_owned(),
         );
     }
+    out
+}
+
+fn notes(world: &World) -> Vec<String> {
+    let mut out = api_notes(world);
     out.push(
         "in-flight reservations live only inside a running webhook and are not shown".to_owned(),
     );

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::IPAddress;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -31,7 +31,7 @@ pub enum Scope {
     /// Services, Pods, EndpointSlices and Endpoints of one namespace, and
     /// every Node.
     Namespace(String),
-    /// Every Service, IPAddress and AllocationClaim.
+    /// Every Service, IPAddress, AllocationClaim and ServiceCIDR.
     Allocations,
 }
 
@@ -113,15 +113,21 @@ pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> 
                 .collect();
         }
         Scope::Allocations => {
-            let (services, addresses, claims) = futures::try_join!(
+            let (services, addresses, claims, cidrs) = futures::try_join!(
                 list_required(Api::<Service>::all(client.clone()), "services"),
                 list(Api::<IPAddress>::all(client.clone()), "ipaddresses"),
                 list(
                     Api::<AllocationClaim>::all(client.clone()),
                     "allocationclaims"
                 ),
+                list(Api::<ServiceCIDR>::all(client.clone()), "servicecidrs"),
             )?;
             world.snapshot.services = keyed(services);
+            // An API server without ServiceCIDRs (before 1.33): the flags' ranges.
+            world.snapshot.service_cidrs = named(cidrs.unwrap_or_default())
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect();
             match addresses {
                 Some(a) => {
                     world.snapshot.ip_addresses = named(a)

@@ -1,5 +1,6 @@
-//! `svcplane explain`: why a Pod is or is not an endpoint of a Service, and
-//! who holds a ClusterIP or NodePort — from a dump or a live cluster.
+//! `svcplane explain`: why a Pod is or is not an endpoint of a Service, who
+//! holds a ClusterIP or NodePort, and how full each Service range and its bands
+//! are — from a dump or a live cluster.
 //!
 //! "Why does my Service have no endpoints?" has an exact answer here because
 //! the controllers are pure functions of a snapshot: `explain` runs the very
@@ -18,7 +19,7 @@
 //! - `verdict`: one Pod's verdict from the per-Pod decisions;
 //! - `slices`, `legacy`, `hints`: the slices, the Endpoints object and the
 //!   topology hints of one Service;
-//! - `service`, `pod`, `allocation`: the four forms;
+//! - `service`, `pod`, `allocation`, `range`: the five forms;
 //! - `ports`: the one way every report names a port;
 //! - `text`: the human rendering (JSON and YAML serialise the reports).
 
@@ -28,6 +29,7 @@ pub mod legacy;
 pub mod live;
 pub mod pod;
 pub mod ports;
+pub mod range;
 pub mod service;
 pub mod slices;
 pub mod text;
@@ -47,6 +49,7 @@ use crate::dump::input::InputError;
 
 use self::allocation::ValueReport;
 use self::pod::PodReport;
+use self::range::RangesReport;
 use self::service::ServiceReport;
 use self::world::World;
 
@@ -101,6 +104,7 @@ pub enum Report {
     Service(Box<ServiceReport>),
     Pod(Box<PodReport>),
     Value(Box<ValueReport>),
+    Ranges(Box<RangesReport>),
 }
 
 impl Report {
@@ -111,16 +115,19 @@ impl Report {
                 Report::Service(r) => text::service(r),
                 Report::Pod(r) => text::pod(r),
                 Report::Value(r) => text::value(r),
+                Report::Ranges(r) => text::ranges(r),
             }),
             ExplainFormat::Json => match self {
                 Report::Service(r) => json(r),
                 Report::Pod(r) => json(r),
                 Report::Value(r) => json(r),
+                Report::Ranges(r) => json(r),
             },
             ExplainFormat::Yaml => match self {
                 Report::Service(r) => yaml(r),
                 Report::Pod(r) => yaml(r),
                 Report::Value(r) => yaml(r),
+                Report::Ranges(r) => yaml(r),
             },
         }
     }
@@ -174,15 +181,21 @@ pub fn explain(what: &ExplainWhat, world: &World) -> Result<Report, ExplainError
             .ok_or_else(|| not_found("Pod", (namespace, name)))
         }
         ExplainWhat::Ip(i) => {
-            let config = i.ranges.config()?;
+            let (config, _) = allocation::ranges_of(world, &i.ranges)?;
             allocation::explain_ip(world, &config, i.ip)
                 .map(|r| Report::Value(Box::new(r)))
                 .map_err(ExplainError::Ranges)
         }
         ExplainWhat::NodePort(p) => {
-            let config = p.ranges.config()?;
+            let (config, _) = allocation::ranges_of(world, &p.ranges)?;
             allocation::explain_node_port(world, &config, i32::from(p.port))
                 .map(|r| Report::Value(Box::new(r)))
+                .map_err(ExplainError::Ranges)
+        }
+        ExplainWhat::Range(r) => {
+            let (config, from_cluster) = allocation::ranges_of(world, &r.ranges)?;
+            range::explain_ranges(world, &config, from_cluster)
+                .map(|r| Report::Ranges(Box::new(r)))
                 .map_err(ExplainError::Ranges)
         }
     }
@@ -200,7 +213,9 @@ fn read_world(
     }
     let scope = match what {
         ExplainWhat::Service(o) | ExplainWhat::Pod(o) => live::Scope::Namespace(o.key().0),
-        ExplainWhat::Ip(_) | ExplainWhat::NodePort(_) => live::Scope::Allocations,
+        ExplainWhat::Ip(_) | ExplainWhat::NodePort(_) | ExplainWhat::Range(_) => {
+            live::Scope::Allocations
+        }
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

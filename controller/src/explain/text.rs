@@ -8,6 +8,7 @@ use super::allocation::ValueReport;
 use super::hints::{HintsReport, Outcome, ZoneShare, threshold_percent};
 use super::legacy::EndpointsReport;
 use super::pod::PodReport;
+use super::range::{RangeBands, RangesReport};
 use super::service::ServiceReport;
 use super::slices::SlicesReport;
 
@@ -440,4 +441,71 @@ pub fn value(r: &ValueReport) -> String {
         let _ = writeln!(out, "  note:     {n}");
     }
     out
+}
+
+/// `explain range`: one block per range, its bands as a table.
+pub fn ranges(r: &RangesReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "ClusterIP ranges, from {}:", r.cluster_ip_source);
+    for range in &r.cluster_ip_ranges {
+        range_block(&mut out, range);
+    }
+    out.push_str("NodePort range, from --service-node-port-range:\n");
+    range_block(&mut out, &r.node_port_range);
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+fn range_block(out: &mut String, r: &RangeBands) {
+    let objects = if r.service_cidrs.is_empty() {
+        String::new()
+    } else {
+        format!(", ServiceCIDR {}", r.service_cidrs.join(", "))
+    };
+    let state = if r.hands_out {
+        ""
+    } else {
+        ", hands out nothing (its ServiceCIDRs are being deleted or not ready)"
+    };
+    let _ = writeln!(
+        out,
+        "  {} ({}{objects}): {} of {} used{state}",
+        r.range, r.kind, r.used, r.size
+    );
+    let mut rows = vec![row(["band", "values", "size", "used", "free"])];
+    for (name, band) in [
+        ("static", r.static_band.as_ref()),
+        ("dynamic", Some(&r.dynamic_band)),
+    ] {
+        if let Some(b) = band {
+            rows.push(vec![
+                name.to_owned(),
+                format!("{}-{}", b.first, b.last),
+                b.size.to_string(),
+                b.used.to_string(),
+                b.free.to_string(),
+            ]);
+        }
+    }
+    table(out, "    ", &rows);
+    let _ = writeln!(
+        out,
+        "    automatic picks before the static band: {}{}",
+        r.picks_before_static,
+        if r.static_band.is_none() {
+            " (too small for a static band)"
+        } else {
+            ""
+        }
+    );
+    if !r.top_namespaces.is_empty() {
+        let top: Vec<String> = r
+            .top_namespaces
+            .iter()
+            .map(|n| format!("{} {}", n.namespace, n.values))
+            .collect();
+        let _ = writeln!(out, "    most held by: {}", top.join(", "));
+    }
 }

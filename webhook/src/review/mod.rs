@@ -22,6 +22,7 @@ mod decode;
 mod mutate;
 mod patch;
 pub mod probe;
+pub mod requested;
 mod response;
 mod update_rules;
 mod validate;

@@ -11,6 +11,10 @@
 //! - a full range is upstream's 500 `InternalError`;
 //! - family-resolution failures are upstream's 422 pre-validation errors.
 //!
+//! A create may ask for values by annotation instead of setting them (a restored
+//! Service; [`super::requested`]): they are given where free, else the Service gets
+//! automatic ones and the answer carries a warning saying why.
+//!
 //! A request that upstream's validation will reject anyway (e.g. a headless NodePort
 //! Service) is admitted unchanged with nothing reserved: the API server then answers
 //! with its complete native error list, and no value is held for a write that cannot
@@ -25,6 +29,7 @@ use svcplane_allocator::{Allocators, Claim, ServiceError, Transaction};
 use super::MutateDecision;
 use super::decode::{Operation, ServiceRequest};
 use super::patch::{Mode, allocation_patch};
+use super::requested;
 use super::validate::structural_errors;
 use super::warnings::{cluster_ip_band_warning, node_port_band_warning};
 use crate::state::hold_kept_values;
@@ -56,6 +61,15 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
     // this request's own reservation holds them all.
     let fresh = fresh_hand_picks(state, &me, &before);
     let mut svc = req.service.clone();
+    // A create may ask for values by annotation (a restore); a bad annotation is
+    // reported and ignored, never a refusal.
+    let (requested, mut notes) = match old {
+        None => match requested::read(&req.service) {
+            Ok(r) => (r, Vec::new()),
+            Err(e) => (None, vec![e]),
+        },
+        Some(_) => (None, Vec::new()),
+    };
     let outcome = state.reserve(&me, |a| {
         // Dry runs are allocated for real too: the answer must carry values that are
         // actually free, and the shell drops the reservation afterwards.
@@ -64,7 +78,14 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
                 hold_kept_values(a, old);
                 a.allocate_update(&mut svc, old, false)
             }
-            None => a.allocate_create(&mut svc, false),
+            None => {
+                if let Some(r) = &requested {
+                    let (filled, why_not) = requested::fill(a, &svc, r);
+                    svc = filled;
+                    notes.extend(why_not);
+                }
+                a.allocate_create(&mut svc, false)
+            }
         }
         .map_err(Refusal::Deny)?;
         if !structural_errors(&svc, old).is_empty() {
@@ -86,9 +107,11 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
         Some(_) => Mode::Update,
         None => Mode::Create,
     };
+    let mut warnings = band_warnings(state.allocators(), &fresh, &txn);
+    warnings.extend(notes);
     MutateDecision::Allow {
         patch: allocation_patch(&req.object, &before, &after, txn.allocated(), mode),
-        warnings: band_warnings(state.allocators(), &fresh, &txn),
+        warnings,
         reserved: txn.allocated().to_vec(),
     }
 }

@@ -5,6 +5,7 @@
 mod decode_tests;
 mod mutate_tests;
 mod prop_tests;
+mod requested_tests;
 mod response_tests;
 mod rule_tests;
 mod update_tests;
