@@ -13,6 +13,7 @@ use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use svcplane_allocator::service_cidrs::ServiceCidrView;
 
 use super::input::{InputError, ObjectId, Origin, RawObject, object_id};
 
@@ -59,6 +60,14 @@ impl Snapshot {
     /// The Pods of `namespace`, sorted by name.
     pub fn pods_in(&self, namespace: &str) -> Vec<Arc<Pod>> {
         in_namespace(&self.pods, namespace)
+    }
+
+    /// The allocator's view of every ServiceCIDR, in name order.
+    pub fn service_cidr_views(&self) -> Vec<ServiceCidrView> {
+        self.service_cidrs
+            .values()
+            .map(|c| ServiceCidrView::of(c))
+            .collect()
     }
 
     /// The EndpointSlices of `namespace`, sorted by name.

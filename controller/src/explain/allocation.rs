@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 use serde_json::json;
 use svcplane_allocator::range::{IpFamily, parse_ip_sloppy};
-use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocatorConfig, Claim, ConfigError};
 use svcplane_webhook::claim::claim_name;
 use svcplane_webhook::review::{self, Decoded, MutateDecision};
@@ -108,16 +107,10 @@ pub fn ranges_of(
     flags: &AllocatorRanges,
 ) -> Result<(AllocatorConfig, bool), ConfigError> {
     let config = flags.config()?;
-    if flags.follow_cluster() {
-        let views: Vec<ServiceCidrView> = world
-            .snapshot
-            .service_cidrs
-            .values()
-            .map(|c| ServiceCidrView::of(c))
-            .collect();
-        if let Some(cluster) = config.with_service_cidrs(&views) {
-            return Ok((cluster, true));
-        }
+    if flags.follow_cluster()
+        && let Some(cluster) = config.with_service_cidrs(&world.snapshot.service_cidr_views())
+    {
+        return Ok((cluster, true));
     }
     Ok((config, false))
 }

@@ -17,7 +17,7 @@ use svcplane_allocator::AllocatorConfig;
 use svcplane_allocator::ip_allocator::CidrAllocator;
 use svcplane_allocator::node_port::PortAllocator;
 use svcplane_allocator::range::{IpFamily, parse_ip_sloppy};
-use svcplane_allocator::service_cidrs::{ServiceCidrView, cluster_ranges};
+use svcplane_allocator::service_cidrs::cluster_ranges;
 use svcplane_webhook::state::AllocationState;
 
 use super::allocation::{api_notes, state_of};
@@ -96,13 +96,7 @@ pub fn explain_ranges(
     from_cluster: bool,
 ) -> Result<RangesReport, String> {
     let state = state_of(world, config)?;
-    let views: Vec<ServiceCidrView> = world
-        .snapshot
-        .service_cidrs
-        .values()
-        .map(|c| ServiceCidrView::of(c))
-        .collect();
-    let objects = cluster_ranges(&views);
+    let objects = cluster_ranges(&world.snapshot.service_cidr_views());
     let services: Vec<&Service> = world
         .snapshot
         .services
@@ -145,14 +139,7 @@ fn cidr_bands(
     service_cidrs: Vec<String>,
     services: &[&Service],
 ) -> RangeBands {
-    let (mut static_used, mut dynamic_used) = (0, 0);
-    for ip in r.allocated() {
-        if r.in_upper_band(ip) {
-            dynamic_used += 1;
-        } else {
-            static_used += 1;
-        }
-    }
+    let (static_used, dynamic_used) = split_used(r.allocated(), |ip| r.in_upper_band(*ip));
     let split = r.band_offset();
     let last = r.last_address().map_or_else(String::new, |a| a.to_string());
     let static_band = (split > 0).then(|| Band {
@@ -193,14 +180,7 @@ fn cidr_bands(
 fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
     let p: &PortAllocator = state.allocators().node_ports();
     let range = p.range();
-    let (mut static_used, mut dynamic_used) = (0, 0);
-    for port in p.allocated() {
-        if p.in_upper_band(port) {
-            dynamic_used += 1;
-        } else {
-            static_used += 1;
-        }
-    }
+    let (static_used, dynamic_used) = split_used(p.allocated(), |port| p.in_upper_band(*port));
     let size = u64::from(range.size());
     let split = p.band_offset();
     let at = |offset: u64| (u64::from(range.base()) + offset).to_string();
@@ -237,6 +217,14 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
         dynamic_band,
         top_namespaces: counts,
     }
+}
+
+/// Values in use, split into (static band, dynamic band).
+fn split_used<T>(used: impl Iterator<Item = T>, dynamic: impl Fn(&T) -> bool) -> (u64, u64) {
+    used.fold(
+        (0, 0),
+        |(s, d), v| if dynamic(&v) { (s, d + 1) } else { (s + 1, d) },
+    )
 }
 
 /// The namespaces whose Services hold the most values (`count` of one Service),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::jiff::Timestamp;
-use svcplane_allocator::service_cidrs::ServiceCidrView;
 use svcplane_allocator::{AllocationPlan, AllocatorEvent};
 
 use super::output::{Action, Event, Object, PlanDocument, Verb};
@@ -27,14 +26,13 @@ pub(super) fn allocations(snapshot: &Snapshot, options: &PlanOptions) -> Allocat
         .values()
         .map(|s| Service::clone(s))
         .collect();
-    let views: Vec<ServiceCidrView> = snapshot
-        .service_cidrs
-        .values()
-        .map(|c| ServiceCidrView::of(c))
-        .collect();
     let from_cluster = options
         .follow_service_cidrs
-        .then(|| options.allocator.with_service_cidrs(&views))
+        .then(|| {
+            options
+                .allocator
+                .with_service_cidrs(&snapshot.service_cidr_views())
+        })
         .flatten();
     let ranges = from_cluster.as_ref().unwrap_or(&options.allocator);
     svcplane_allocator::plan_allocations(&services, ranges, ALLOCATOR_SEED)

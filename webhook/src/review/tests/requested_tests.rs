@@ -25,6 +25,18 @@ fn create_as(uid: &str, object: Value) -> ServiceRequest {
     decoded(&review_json("CREATE", uid, &object, None, false))
 }
 
+/// Another request (`uid-a`) takes the values `spec` sets.
+fn held_by_another(st: &mut AllocationState, spec: Value) {
+    let _ = reserved(&mutate(&create_as("uid-a", svc("holder", spec)), st));
+}
+
+/// The answer gave an automatic address of the test range.
+fn assert_automatic_ip(req: &ServiceRequest, d: &MutateDecision) {
+    let out = patched(req, d);
+    let ip = out["spec"]["clusterIP"].as_str().unwrap_or_default();
+    assert!(ip.starts_with("10.0.0."), "{ip}");
+}
+
 fn node_ports(out: &Value) -> Vec<i64> {
     out["spec"]["ports"]
         .as_array()
@@ -59,14 +71,10 @@ fn requested_values_that_are_free_are_given() {
 #[test]
 fn a_taken_address_gives_automatic_values_and_a_warning_the_ports_still_come() {
     let mut st = small();
-    let first = create_as(
-        "uid-a",
-        svc(
-            "holder",
-            json!({"clusterIP": "10.0.0.50", "ports": [{"port": 80, "protocol": "TCP"}]}),
-        ),
+    held_by_another(
+        &mut st,
+        json!({"clusterIP": "10.0.0.50", "ports": [{"port": 80, "protocol": "TCP"}]}),
     );
-    let _ = reserved(&mutate(&first, &mut st));
     let req = create_as("uid-b", restored("web", "10.0.0.50", "80=30050"));
     let d = mutate(&req, &mut st);
     let out = patched(&req, &d);
@@ -85,14 +93,10 @@ fn a_taken_address_gives_automatic_values_and_a_warning_the_ports_still_come() {
 #[test]
 fn a_taken_node_port_keeps_the_address_and_warns() {
     let mut st = small();
-    let first = create_as(
-        "uid-a",
-        svc(
-            "holder",
-            json!({"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30050}]}),
-        ),
+    held_by_another(
+        &mut st,
+        json!({"type": "NodePort", "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30050}]}),
     );
-    let _ = reserved(&mutate(&first, &mut st));
     let req = create_as("uid-b", restored("web", "10.0.0.60", "80/TCP=30050"));
     let d = mutate(&req, &mut st);
     let out = patched(&req, &d);
@@ -113,13 +117,7 @@ fn an_address_outside_the_range_is_not_given() {
     let mut st = small();
     let req = create(restored("web", "10.9.0.5", ""));
     let d = mutate(&req, &mut st);
-    let out = patched(&req, &d);
-    assert!(
-        out["spec"]["clusterIP"]
-            .as_str()
-            .unwrap()
-            .starts_with("10.0.0.")
-    );
+    assert_automatic_ip(&req, &d);
     let w = warnings(&d);
     assert!(
         w[0].contains("the provided network does not match the current range"),
@@ -132,13 +130,7 @@ fn a_malformed_annotation_is_ignored_with_a_warning_never_refused() {
     let mut st = small();
     let req = create(restored("web", "not-an-ip", "80=30050"));
     let d = mutate(&req, &mut st);
-    let out = patched(&req, &d);
-    assert!(
-        out["spec"]["clusterIP"]
-            .as_str()
-            .unwrap()
-            .starts_with("10.0.0.")
-    );
+    assert_automatic_ip(&req, &d);
     assert_eq!(
         warnings(&d),
         [format!(
