@@ -94,6 +94,26 @@ pub enum Command {
     /// a ClusterIP or NodePort; from a dump (`-f`) or a live cluster
     /// (read-only). Also installed as the kubectl plugin `kubectl svcplane`.
     Explain(ExplainArgs),
+    /// Plan leaving a Service range: every Service with a ClusterIP in it, its new
+    /// addresses in the target, and what must be moved by hand and why; from a dump
+    /// (`-f`) or a live cluster (read-only).
+    Migrate(MigrateArgs),
+}
+
+/// Flags of `svcplane migrate`.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// The range to leave: the name of a ServiceCIDR, or a CIDR.
+    #[arg(long, value_name = "RANGE")]
+    pub from: String,
+
+    /// The range to move to: the name of a ServiceCIDR, or a CIDR.
+    #[arg(long, value_name = "RANGE")]
+    pub to: String,
+
+    /// Where the objects come from, and how the plan prints (as for `explain`).
+    #[command(flatten)]
+    pub source: ExplainSource,
 }
 
 /// `svcplane explain`: what to explain.

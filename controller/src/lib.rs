@@ -18,6 +18,7 @@ pub mod explain;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;
+pub mod migrate;
 pub mod plan;
 pub mod process;
 pub mod rbac_cmd;

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use kube::CustomResourceExt;
 use svcplane_controller::cli::{Cli, Command, LogFormat};
-use svcplane_controller::{check_cmd, explain, logging, plan, rbac_cmd, run_cmd, webhook_cmd};
+use svcplane_controller::{
+    check_cmd, explain, logging, migrate, plan, rbac_cmd, run_cmd, webhook_cmd,
+};
 use svcplane_webhook::claim::AllocationClaim;
 
 pub(crate) fn main() -> ExitCode {
@@ -61,6 +63,14 @@ pub(crate) fn main() -> ExitCode {
                 "error: ",
                 |i, o, e| explain::run(&args, i, o, e),
                 explain::ExplainError::exit_code,
+            )
+        }
+        Command::Migrate(args) => {
+            logging::init(v, "warn", LogFormat::Text);
+            on_stdio(
+                "error: ",
+                |i, o, e| migrate::run(&args, i, o, e),
+                migrate::MigrateError::exit_code,
             )
         }
         Command::Check(args) => {

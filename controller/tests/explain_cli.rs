@@ -1,5 +1,7 @@
 //! Golden and error-path tests of `svcplane explain`, run on the real binaries
-//! (`svcplane` and the kubectl plugin `kubectl-svcplane`), offline.
+//! (`svcplane` and the kubectl plugin `kubectl-svcplane`), offline; and of
+//! `svcplane migrate`, which reads a dump the same way (its golden and input are in
+//! `tests/golden/migrate/`).
 //!
 //! Goldens live in `tests/golden/explain/`, the input made for them in
 //! `tests/golden/explain/inputs/demo.yaml` (a Pod for nearly every reason);
@@ -270,6 +272,54 @@ fn range_golden() {
         })
         .collect();
     assert_eq!(names, [("kubernetes", true), ("retiring", false)], "{doc}");
+}
+
+fn migrate(args: &[&str]) -> Run {
+    let mut argv = vec!["migrate"];
+    argv.extend_from_slice(args);
+    run_bin(env!("CARGO_BIN_EXE_svcplane"), &argv, b"")
+}
+
+const MIGRATE_INPUT: &str = "tests/golden/migrate/cluster.yaml";
+
+/// `svcplane migrate`: the plan of leaving the `kubernetes` ServiceCIDR for `new`,
+/// as text (golden) and JSON; bad ranges exit 1 naming the flag.
+#[test]
+fn migrate_plan_golden() {
+    let text = ok(
+        migrate(&["--from", "kubernetes", "--to", "new", "-f", MIGRATE_INPUT]),
+        &[],
+    );
+    assert!(
+        text.contains("2 Service(s) to recreate, 5 left to you, 1 headless"),
+        "{text}"
+    );
+    golden("../migrate/plan.txt", &text);
+    let json = ok(
+        migrate(&[
+            "--from",
+            "10.96.0.0/24",
+            "--to",
+            "new",
+            "-f",
+            MIGRATE_INPUT,
+            "-o",
+            "json",
+        ]),
+        &[],
+    );
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["moves"][1]["service"], "shop/web");
+    assert_eq!(doc["moves"][1]["nodePorts"], serde_json::json!([30080]));
+    let e = migrate(&["--from", "old", "--to", "new", "-f", MIGRATE_INPUT]);
+    assert_eq!(
+        fails(&e, 1),
+        format!(
+            "error: --from \"old\": neither a CIDR nor the name of a ServiceCIDR in {MIGRATE_INPUT}\n"
+        )
+    );
+    let usage = migrate(&["--to", "new", "-f", MIGRATE_INPUT]);
+    assert!(fails(&usage, 2).contains("--from"), "{usage:#?}");
 }
 
 #[test]

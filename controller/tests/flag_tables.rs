@@ -33,6 +33,7 @@ fn document_of(command: &str) -> &'static str {
         Some("check") => "docs/reference/check.md",
         Some("rbac") => "docs/reference/rbac.md",
         Some("explain") => "docs/reference/explain.md",
+        Some("migrate") => "docs/reference/migrate.md",
         _ => "",
     }
 }

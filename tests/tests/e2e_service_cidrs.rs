@@ -203,6 +203,53 @@ async fn ranges_follow_service_cidrs_added_and_deleted_at_run_time() {
     )
     .await;
 
+    // `svcplane migrate`, live and read-only: leaving the API server's range for the
+    // added one moves `auto` to a free address of it (10.200.0.10 is `user`'s) and
+    // leaves `default/kubernetes` to the operator.
+    let out = std::process::Command::new(&env.bin)
+        .args([
+            "migrate",
+            "--from",
+            "kubernetes",
+            "--to",
+            name,
+            "-o",
+            "json",
+        ])
+        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let moved = plan["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["service"] == format!("{ns}/auto").as_str())
+        .unwrap_or_else(|| panic!("{plan}"));
+    let new_ip: Ipv4Addr = moved["newClusterIps"][0].as_str().unwrap().parse().unwrap();
+    assert!(
+        in_cidr(new_ip, [10, 200, 0, 0], 24) && new_ip != Ipv4Addr::new(10, 200, 0, 10),
+        "{plan}"
+    );
+    assert!(
+        plan["manual"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["service"] == "default/kubernetes"),
+        "{plan}"
+    );
+    assert!(
+        !plan["moves"].to_string().contains(&format!("{ns}/user")),
+        "already in the target: {plan}"
+    );
+
     // A tiny range filled by hand: its available addresses reach 0, and a request for
     // a taken one is counted as an error of that range.
     let tiny = "e2e-tiny";

@@ -16,6 +16,7 @@ pub mod mirroring;
 pub mod nodes;
 pub mod pod;
 pub mod selector;
+pub mod service_values;
 pub mod servicecidr;
 pub mod slice_endpoints;
 pub mod topology;

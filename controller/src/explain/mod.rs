@@ -15,7 +15,8 @@
 //!
 //! Layout, one job per file:
 //! - `world`: the objects, read from a dump the way `plan` reads one;
-//! - `live`: the same objects listed from an API server (read-only);
+//! - `live`: the same objects listed from an API server (read-only); `migrate`
+//!   reads its cluster through these two as well;
 //! - `verdict`: one Pod's verdict from the per-Pod decisions;
 //! - `slices`, `legacy`, `hints`: the slices, the Endpoints object and the
 //!   topology hints of one Service;

@@ -9,19 +9,19 @@
 //! values for a ClusterIP range, `min(max(16, size/32), 128)` ports for NodePorts).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
 use svcplane_allocator::AllocatorConfig;
 use svcplane_allocator::ip_allocator::CidrAllocator;
 use svcplane_allocator::node_port::PortAllocator;
-use svcplane_allocator::range::{IpFamily, parse_ip_sloppy};
+use svcplane_allocator::range::IpFamily;
 use svcplane_allocator::service_cidrs::cluster_ranges;
 use svcplane_webhook::state::AllocationState;
 
 use super::allocation::{api_notes, state_of};
 use super::world::World;
+use crate::core::service_values::{cluster_ips, node_ports};
 
 /// How many namespaces a range lists as its largest holders.
 pub const TOP_NAMESPACES: usize = 5;
@@ -253,32 +253,6 @@ fn count_by_namespace(
     out.sort_by_key(|n| std::cmp::Reverse(n.values));
     out.truncate(TOP_NAMESPACES);
     out
-}
-
-fn cluster_ips(svc: &Service) -> Vec<IpAddr> {
-    let Some(spec) = svc.spec.as_ref() else {
-        return Vec::new();
-    };
-    spec.cluster_ips
-        .clone()
-        .filter(|v| !v.is_empty())
-        .or_else(|| spec.cluster_ip.clone().map(|c| vec![c]))
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|s| parse_ip_sloppy(s))
-        .collect()
-}
-
-fn node_ports(svc: &Service) -> Vec<i32> {
-    let Some(spec) = svc.spec.as_ref() else {
-        return Vec::new();
-    };
-    spec.ports
-        .iter()
-        .flatten()
-        .filter_map(|p| p.node_port)
-        .chain(spec.health_check_node_port)
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,99 @@
+//! `svcplane migrate`: leaving a Service range without rebuilding the cluster.
+//!
+//! A ClusterIP cannot be changed, so leaving a range means recreating each Service
+//! in it. This command plans that move, offline on a dump (as `plan` reads one) or
+//! live (read-only): every Service with an address in the old range, the addresses
+//! it gets in the target, the nodePorts it keeps, and the Services left to the
+//! operator with why and how ([`plan`]). Recreating them (`--apply`) is not built
+//! yet.
+//!
+//! - `plan`: the pure plan over a snapshot;
+//! - `text`: its rendering for people (JSON and YAML serialise it).
+
+pub mod plan;
+pub mod text;
+
+use std::io::{Read, Write};
+
+use crate::cli::{ExplainFormat, MigrateArgs};
+use crate::explain::live::{self, Scope};
+use crate::explain::world::{self, World};
+
+/// Seed of the target's random picks: fixed, so a plan is reproducible.
+pub const SEED: u64 = 0x5eed;
+
+/// Why `migrate` printed no plan (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Plan(#[from] plan::PlanError),
+    #[error(transparent)]
+    Read(#[from] crate::explain::ExplainError),
+    #[error("encoding the plan: {0}")]
+    Encode(String),
+    #[error("cannot write output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+impl MigrateError {
+    /// The process exit code.
+    pub fn exit_code(&self) -> u8 {
+        1
+    }
+}
+
+fn read_world(
+    args: &MigrateArgs,
+    stdin: &mut dyn Read,
+) -> Result<(World, Vec<String>), MigrateError> {
+    if !args.source.files.is_empty() {
+        return world::read_dump(&args.source.files, stdin)
+            .map_err(|e| MigrateError::Read(e.into()));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MigrateError::Read(crate::explain::ExplainError::Runtime(e)))?;
+    let world = runtime.block_on(async {
+        let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
+            .await
+            .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
+        live::load(client, &Scope::Allocations).await
+    })?;
+    Ok((world, Vec::new()))
+}
+
+/// Runs `svcplane migrate`: reads the cluster, prints warning lines on `stderr` and
+/// the plan on `stdout`.
+pub fn run(
+    args: &MigrateArgs,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<(), MigrateError> {
+    let (world, warnings) = read_world(args, stdin)?;
+    for w in &warnings {
+        let _ = writeln!(
+            stderr,
+            "{}",
+            w.replace("not used by explain", "not used by migrate")
+        );
+    }
+    let where_ = world.source.where_();
+    let from = plan::side("from", &args.from, &world.snapshot, &where_)?;
+    let to = plan::side("to", &args.to, &world.snapshot, &where_)?;
+    let p = plan::plan(&world.snapshot, from, to, SEED)?;
+    let text = match args.source.output {
+        ExplainFormat::Text => text::render(&p),
+        ExplainFormat::Json => serde_json::to_string_pretty(&p)
+            .map(|s| s + "\n")
+            .map_err(|e| MigrateError::Encode(e.to_string()))?,
+        ExplainFormat::Yaml => {
+            serde_saphyr::to_string(&p).map_err(|e| MigrateError::Encode(e.to_string()))?
+        }
+    };
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(MigrateError::Write)
+}

@@ -1,0 +1,435 @@
+//! The plan of a move out of a Service range: which Services hold an address in it,
+//! what each gets in the target range, and which must be moved by hand and why.
+//!
+//! Pure: the cluster comes in as a [`Snapshot`], the random picks from a seeded
+//! [`Rng`], so a plan is reproducible. A ClusterIP cannot be changed, so moving a
+//! Service means deleting and creating it again with the same spec but its
+//! ClusterIPs; nodePorts stay. Some Services must not be recreated blindly:
+//! - `default/kubernetes`: kube-apiserver keeps it at the first address of its own
+//!   `--service-cluster-ip-range` and recreates it there;
+//! - the cluster DNS Service: kubelets hand its address to every Pod as nameserver
+//!   (`clusterDNS` in the kubelet configuration);
+//! - a Service whose address is in the static band of its range, where only
+//!   addresses chosen by hand go (automatic picks reach it only when the dynamic band
+//!   is full): whoever chose it may depend on it;
+//! - a Service whose address another Service names (`externalIPs`,
+//!   `loadBalancerIP`, an annotation).
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use serde::Serialize;
+use svcplane_allocator::range::parse_ip_sloppy;
+use svcplane_allocator::{Cidr, CidrAllocator, IpFamily, Rng};
+
+use crate::core::service_values::{cluster_ips, node_ports};
+use crate::dump::snapshot::{Key, Snapshot};
+
+/// One side of the move: CIDRs, and the ServiceCIDR they came from, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Side {
+    pub cidrs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_cidr: Option<String>,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationPlan {
+    pub from: Side,
+    pub to: Side,
+    /// The Services to recreate, in the order to recreate them.
+    pub moves: Vec<Move>,
+    /// The Services in the old range left to the operator, with why and how.
+    pub manual: Vec<Manual>,
+    /// Headless Services in the namespaces: nothing to move.
+    pub headless: usize,
+}
+
+/// One Service to recreate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Move {
+    /// `namespace/name`.
+    pub service: String,
+    pub cluster_ips: Vec<String>,
+    /// Its ClusterIPs after the move (an address outside the old range is kept).
+    pub new_cluster_ips: Vec<String>,
+    /// The nodePorts it keeps (healthCheckNodePort included).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_ports: Vec<i32>,
+}
+
+/// One Service the plan does not move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manual {
+    pub service: String,
+    pub cluster_ips: Vec<String>,
+    /// Why it is not moved, and what to do.
+    pub reason: String,
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("--{flag} {value:?}: neither a CIDR nor the name of a ServiceCIDR{where_}")]
+    UnknownRange {
+        flag: &'static str,
+        value: String,
+        where_: String,
+    },
+    #[error("--from and --to overlap ({from} and {to}): the target must be another range")]
+    Overlap { from: String, to: String },
+    #[error("target range {cidr}: {reason}")]
+    Target { cidr: String, reason: String },
+}
+
+/// Reads `--from`/`--to`: a CIDR, or the name of a ServiceCIDR of `snapshot`.
+pub fn side(
+    flag: &'static str,
+    value: &str,
+    snapshot: &Snapshot,
+    where_: &str,
+) -> Result<(Side, Vec<Cidr>), PlanError> {
+    if let Ok(cidr) = Cidr::parse(value) {
+        let side = Side {
+            cidrs: vec![cidr.to_string()],
+            service_cidr: None,
+        };
+        return Ok((side, vec![cidr]));
+    }
+    let unknown = || PlanError::UnknownRange {
+        flag,
+        value: value.to_owned(),
+        where_: where_.to_owned(),
+    };
+    let object = snapshot.service_cidrs.get(value).ok_or_else(unknown)?;
+    let cidrs: Vec<Cidr> = object
+        .spec
+        .as_ref()
+        .and_then(|s| s.cidrs.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Cidr::parse(c).ok())
+        .collect();
+    if cidrs.is_empty() {
+        return Err(unknown());
+    }
+    let side = Side {
+        cidrs: cidrs.iter().map(ToString::to_string).collect(),
+        service_cidr: Some(value.to_owned()),
+    };
+    Ok((side, cidrs))
+}
+
+/// The plan of moving every Service with an address in `from` to `to`.
+pub fn plan(
+    snapshot: &Snapshot,
+    (from_side, from): (Side, Vec<Cidr>),
+    (to_side, to): (Side, Vec<Cidr>),
+    seed: u64,
+) -> Result<MigrationPlan, PlanError> {
+    for a in &from {
+        if let Some(b) = to
+            .iter()
+            .find(|b| a.contains_network_of(b) || b.contains_network_of(a))
+        {
+            return Err(PlanError::Overlap {
+                from: a.to_string(),
+                to: b.to_string(),
+            });
+        }
+    }
+    let mut targets = Vec::new();
+    for cidr in &to {
+        let mut r = CidrAllocator::new(*cidr).map_err(|e| PlanError::Target {
+            cidr: cidr.to_string(),
+            reason: e.to_string(),
+        })?;
+        // Addresses already taken in the target stay taken.
+        for svc in snapshot.services.values() {
+            for ip in cluster_ips(svc) {
+                let _ = r.allocate(ip);
+            }
+        }
+        targets.push(r);
+    }
+    let statics: Vec<CidrAllocator> = from
+        .iter()
+        .filter_map(|c| CidrAllocator::new(*c).ok())
+        .collect();
+    let mut rng = Rng::new(seed);
+    let mut moves = Vec::new();
+    let mut manual = Vec::new();
+    let mut headless = 0;
+    for (key, svc) in &snapshot.services {
+        let spec = svc.spec.as_ref();
+        if spec.and_then(|s| s.cluster_ip.as_deref()) == Some("None") {
+            headless += 1;
+            continue;
+        }
+        let ips = cluster_ips(svc);
+        if !ips.iter().any(|ip| from.iter().any(|c| c.contains(*ip))) {
+            continue;
+        }
+        let shown: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        if let Some(reason) = left_to_operator(key, svc, &ips, &statics, snapshot) {
+            manual.push(Manual {
+                service: key.to_string(),
+                cluster_ips: shown,
+                reason,
+            });
+            continue;
+        }
+        let mut new_ips = Vec::new();
+        let mut missing = None;
+        for ip in &ips {
+            if !from.iter().any(|c| c.contains(*ip)) {
+                new_ips.push(ip.to_string());
+                continue;
+            }
+            let family = IpFamily::of(ip);
+            let picked = targets
+                .iter_mut()
+                .filter(|r| r.family() == family)
+                .find_map(|r| r.allocate_next(&mut rng).ok());
+            match picked {
+                Some(new) => new_ips.push(new.to_string()),
+                None => missing = Some(family),
+            }
+        }
+        if let Some(family) = missing {
+            manual.push(Manual {
+                service: key.to_string(),
+                cluster_ips: shown,
+                reason: format!(
+                    "the target has no free {} address: move to a larger range, or add one \
+                     to the target ServiceCIDR",
+                    family.as_str()
+                ),
+            });
+            continue;
+        }
+        moves.push(Move {
+            service: key.to_string(),
+            cluster_ips: shown,
+            new_cluster_ips: new_ips,
+            node_ports: node_ports(svc),
+        });
+    }
+    Ok(MigrationPlan {
+        from: from_side,
+        to: to_side,
+        moves,
+        manual,
+        headless,
+    })
+}
+
+/// Why the Service `key` is left to the operator, if it is.
+fn left_to_operator(
+    key: &Key,
+    svc: &Service,
+    ips: &[IpAddr],
+    old_ranges: &[CidrAllocator],
+    snapshot: &Snapshot,
+) -> Option<String> {
+    if key.namespace == "default" && key.name == "kubernetes" {
+        return Some(
+            "kube-apiserver owns it and recreates it at the first address of its \
+             --service-cluster-ip-range: change that flag on every kube-apiserver (and its \
+             `kubernetes` ServiceCIDR), then delete the Service"
+                .to_owned(),
+        );
+    }
+    let labels = svc.metadata.labels.as_ref();
+    if key.namespace == "kube-system"
+        && labels.and_then(|l| l.get("k8s-app")).map(String::as_str) == Some("kube-dns")
+    {
+        return Some(
+            "the cluster DNS: kubelets give its address to every Pod as nameserver \
+             (clusterDNS): recreate it with an address of the target, change clusterDNS on \
+             every kubelet, then restart the Pods"
+                .to_owned(),
+        );
+    }
+    for ip in ips {
+        if let Some(r) = old_ranges
+            .iter()
+            .find(|r| r.offset_of(*ip).is_some() && r.band_offset() > 0 && !r.in_upper_band(*ip))
+        {
+            return Some(format!(
+                "{ip} is in the static band of {} (hand-picked addresses): whoever chose it \
+                 may depend on it; pick its new address by hand",
+                r.cidr()
+            ));
+        }
+    }
+    for (other_key, other) in &snapshot.services {
+        if other_key == key {
+            continue;
+        }
+        if let Some(field) = names_an_address(other, ips) {
+            return Some(format!(
+                "Service {other_key} names its address in {field}: move both by hand"
+            ));
+        }
+        let theirs: Vec<IpAddr> = cluster_ips(other)
+            .into_iter()
+            .filter(|ip| old_ranges.iter().any(|r| r.cidr().contains(*ip)))
+            .collect();
+        if let Some(field) = names_an_address(svc, &theirs) {
+            return Some(format!(
+                "its {field} names the address of Service {other_key}: move both by hand"
+            ));
+        }
+    }
+    None
+}
+
+/// Where `svc` names one of `ips` (`spec.externalIPs`, `spec.loadBalancerIP`, an
+/// annotation), if it does.
+fn names_an_address(svc: &Service, ips: &[IpAddr]) -> Option<String> {
+    let is_one = |s: &str| parse_ip_sloppy(s).is_some_and(|a| ips.contains(&a));
+    let spec = svc.spec.as_ref();
+    if spec
+        .and_then(|s| s.external_ips.as_ref())
+        .is_some_and(|v| v.iter().any(|s| is_one(s)))
+    {
+        return Some("spec.externalIPs".to_owned());
+    }
+    if spec
+        .and_then(|s| s.load_balancer_ip.as_deref())
+        .is_some_and(is_one)
+    {
+        return Some("spec.loadBalancerIP".to_owned());
+    }
+    let annotations = svc.metadata.annotations.as_ref()?;
+    annotations
+        .iter()
+        .find(|(_, v)| v.split([',', ' ']).any(is_one))
+        .map(|(k, _)| format!("annotation {k}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/migrate/cluster.yaml");
+        crate::explain::world::read_dump(&[path], &mut std::io::empty())
+            .expect("the dump reads")
+            .0
+            .snapshot
+    }
+
+    fn make(from: &str, to: &str) -> Result<MigrationPlan, PlanError> {
+        let s = snapshot();
+        plan(&s, side("from", from, &s, "")?, side("to", to, &s, "")?, 1)
+    }
+
+    /// Every Service with an address in the old range moves, in name order, to free
+    /// addresses of the target (one already there keeps its own); an address of
+    /// another family stays; nodePorts are kept; headless Services need nothing.
+    #[test]
+    fn movable_services_get_free_addresses_of_the_target() {
+        let p = make("kubernetes", "new").unwrap();
+        let moved: Vec<&str> = p.moves.iter().map(|m| m.service.as_str()).collect();
+        assert_eq!(moved, ["shop/dual", "shop/web"]);
+        let target = Cidr::parse("10.100.0.0/24").unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &p.moves {
+            let first: IpAddr = m.new_cluster_ips[0].parse().unwrap();
+            assert!(target.contains(first), "{m:?}");
+            assert_ne!(m.new_cluster_ips[0], "10.100.0.50", "taken already");
+            assert!(seen.insert(first), "two Services got {first}");
+        }
+        assert_eq!(
+            p.moves[0].new_cluster_ips[1], "fd00:10:96::5",
+            "the IPv6 address stays"
+        );
+        assert_eq!(p.moves[1].node_ports, [30080]);
+        assert_eq!(p.headless, 1);
+        assert_eq!(p.from.service_cidr.as_deref(), Some("kubernetes"));
+        // Reproducible.
+        assert_eq!(make("kubernetes", "new").unwrap(), p);
+    }
+
+    /// The kubernetes Service, the cluster DNS, a hand-picked (static band) address and
+    /// an address another Service names are left to the operator, each with why.
+    #[test]
+    fn services_that_must_not_be_recreated_blindly_are_left_with_the_reason() {
+        let p = make("10.96.0.0/24", "10.100.0.0/24").unwrap();
+        let manual: Vec<(&str, &str)> = p
+            .manual
+            .iter()
+            .map(|m| {
+                (
+                    m.service.as_str(),
+                    m.reason.split(':').next().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            manual,
+            [
+                (
+                    "default/kubernetes",
+                    "kube-apiserver owns it and recreates it at the first address of its --service-cluster-ip-range"
+                ),
+                ("kube-system/kube-dns", "the cluster DNS"),
+                (
+                    "shop/cache",
+                    "Service shop/edge names its address in spec.externalIPs"
+                ),
+                (
+                    "shop/edge",
+                    "its spec.externalIPs names the address of Service shop/cache"
+                ),
+                (
+                    "shop/pinned",
+                    "10.96.0.5 is in the static band of 10.96.0.0/24 (hand-picked addresses)"
+                ),
+            ]
+        );
+        assert_eq!(p.from.service_cidr, None, "given as a CIDR");
+    }
+
+    /// Bad `--from`/`--to`: an unknown name, and overlapping ranges.
+    #[test]
+    fn an_unknown_range_or_an_overlap_is_refused_naming_it() {
+        let e = make("old", "new").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--from \"old\": neither a CIDR nor the name of a ServiceCIDR"
+        );
+        let e = make("kubernetes", "10.96.0.128/25")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--from and --to overlap (10.96.0.0/24 and 10.96.0.128/25)"),
+            "{e}"
+        );
+    }
+
+    /// A target without room for every Service leaves the rest to the operator.
+    #[test]
+    fn a_full_target_leaves_the_rest() {
+        // Two usable addresses, one taken by shop/moved-already.
+        let p = make("kubernetes", "10.100.0.48/30").unwrap();
+        assert_eq!(p.moves.len(), 1, "{p:?}");
+        assert_eq!(p.moves[0].new_cluster_ips[0], "10.100.0.49");
+        assert!(
+            p.manual
+                .iter()
+                .any(|m| m.reason.starts_with("the target has no free IPv4 address")),
+            "{p:?}"
+        );
+    }
+}
