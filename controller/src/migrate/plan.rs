@@ -15,6 +15,7 @@
 //! - a Service whose address another Service names (`externalIPs`,
 //!   `loadBalancerIP`, an annotation).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
@@ -161,6 +162,7 @@ pub fn plan(
         .iter()
         .filter_map(|c| CidrAllocator::new(*c).ok())
         .collect();
+    let names = Names::of(snapshot);
     let mut rng = Rng::new(seed);
     let mut moves = Vec::new();
     let mut manual = Vec::new();
@@ -176,7 +178,7 @@ pub fn plan(
             continue;
         }
         let shown: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        if let Some(reason) = left_to_operator(key, svc, &ips, &statics, snapshot) {
+        if let Some(reason) = left_to_operator(key, svc, &ips, &statics, &names) {
             manual.push(Manual {
                 service: key.to_string(),
                 cluster_ips: shown,
@@ -235,7 +237,7 @@ fn left_to_operator(
     svc: &Service,
     ips: &[IpAddr],
     old_ranges: &[CidrAllocator],
-    snapshot: &Snapshot,
+    names: &Names,
 ) -> Option<String> {
     if key.namespace == "default" && key.name == "kubernetes" {
         return Some(
@@ -268,50 +270,80 @@ fn left_to_operator(
             ));
         }
     }
-    for (other_key, other) in &snapshot.services {
-        if other_key == key {
-            continue;
-        }
-        if let Some(field) = names_an_address(other, ips) {
+    for ip in ips {
+        if let Some((other, field)) = names
+            .named_by
+            .get(ip)
+            .and_then(|v| v.iter().find(|(k, _)| k != key))
+        {
             return Some(format!(
-                "Service {other_key} names its address in {field}: move both by hand"
+                "Service {other} names its address in {field}: move both by hand"
             ));
         }
-        let theirs: Vec<IpAddr> = cluster_ips(other)
-            .into_iter()
-            .filter(|ip| old_ranges.iter().any(|r| r.cidr().contains(*ip)))
-            .collect();
-        if let Some(field) = names_an_address(svc, &theirs) {
+    }
+    for (ip, field) in names_in(svc) {
+        let in_old = old_ranges.iter().any(|r| r.cidr().contains(ip));
+        if let Some(holder) = names.holder.get(&ip).filter(|h| *h != key && in_old) {
             return Some(format!(
-                "its {field} names the address of Service {other_key}: move both by hand"
+                "its {field} names the address of Service {holder}: move both by hand"
             ));
         }
     }
     None
 }
 
-/// Where `svc` names one of `ips` (`spec.externalIPs`, `spec.loadBalancerIP`, an
-/// annotation), if it does.
-fn names_an_address(svc: &Service, ips: &[IpAddr]) -> Option<String> {
-    let is_one = |s: &str| parse_ip_sloppy(s).is_some_and(|a| ips.contains(&a));
+/// Which Service names which address (`spec.externalIPs`, `spec.loadBalancerIP`, an
+/// annotation), and which Service holds each ClusterIP: read once for the whole plan.
+struct Names {
+    named_by: HashMap<IpAddr, Vec<(Key, String)>>,
+    holder: HashMap<IpAddr, Key>,
+}
+
+impl Names {
+    fn of(snapshot: &Snapshot) -> Self {
+        let mut names = Names {
+            named_by: HashMap::new(),
+            holder: HashMap::new(),
+        };
+        for (key, svc) in &snapshot.services {
+            for ip in cluster_ips(svc) {
+                names.holder.entry(ip).or_insert_with(|| key.clone());
+            }
+            for (ip, field) in names_in(svc) {
+                names
+                    .named_by
+                    .entry(ip)
+                    .or_default()
+                    .push((key.clone(), field));
+            }
+        }
+        names
+    }
+}
+
+/// Every address `svc` names outside its ClusterIPs, with the field naming it.
+fn names_in(svc: &Service) -> Vec<(IpAddr, String)> {
+    let mut out = Vec::new();
     let spec = svc.spec.as_ref();
-    if spec
+    for s in spec
         .and_then(|s| s.external_ips.as_ref())
-        .is_some_and(|v| v.iter().any(|s| is_one(s)))
+        .into_iter()
+        .flatten()
     {
-        return Some("spec.externalIPs".to_owned());
+        out.extend(parse_ip_sloppy(s).map(|ip| (ip, "spec.externalIPs".to_owned())));
     }
-    if spec
+    if let Some(ip) = spec
         .and_then(|s| s.load_balancer_ip.as_deref())
-        .is_some_and(is_one)
+        .and_then(parse_ip_sloppy)
     {
-        return Some("spec.loadBalancerIP".to_owned());
+        out.push((ip, "spec.loadBalancerIP".to_owned()));
     }
-    let annotations = svc.metadata.annotations.as_ref()?;
-    annotations
-        .iter()
-        .find(|(_, v)| v.split([',', ' ']).any(is_one))
-        .map(|(k, _)| format!("annotation {k}"))
+    for (k, v) in svc.metadata.annotations.iter().flatten() {
+        for ip in v.split([',', ' ']).filter_map(parse_ip_sloppy) {
+            out.push((ip, format!("annotation {k}")));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
