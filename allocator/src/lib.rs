@@ -11,6 +11,7 @@
 //! [`CidrAllocator`], [`FamilyAllocator`] and [`PortAllocator`] for the raw ranges.
 
 pub mod bitmap;
+pub mod duration;
 pub mod error;
 pub mod event;
 pub mod families;

@@ -759,6 +759,15 @@ pub struct WebhookServerFlags {
           env = "SVCPLANE_CLAIM_GRACE_PERIOD", help_heading = heading::ALLOCATOR)]
     pub claim_grace_period: std::time::Duration,
 
+    /// How long a deleted Service's ClusterIPs and nodePorts stay retained for its
+    /// namespace and name (given back when it is created again; other Services get
+    /// other values). `0`: released at once, as upstream. The
+    /// `svcplane.io/retain-released-values` annotation of a Service, else of its
+    /// namespace, overrides it.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration,
+          env = "SVCPLANE_RETAIN_RELEASED_VALUES", help_heading = heading::ALLOCATOR)]
+    pub retain_released_values: std::time::Duration,
+
     /// How often unused AllocationClaims are looked for (by the leader, in `run`).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration,
           env = "SVCPLANE_CLAIM_REPAIR_INTERVAL", help_heading = heading::ALLOCATOR)]

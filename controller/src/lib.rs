@@ -13,7 +13,7 @@ pub mod check_cmd;
 pub mod cli;
 pub mod core;
 pub mod dump;
-pub mod duration;
+pub use svcplane_allocator::duration;
 pub mod explain;
 pub mod kube_client;
 pub mod leader;

@@ -121,6 +121,7 @@ impl RunOptions {
                         interval: w.claim_repair_interval,
                         grace: w.claim_grace_period,
                     },
+                    retain_released_values: w.retain_released_values,
                     // Replaced by the process' own counters when the webhook starts.
                     metrics: WebhookMetrics::default(),
                     // The process watches Services (and ServiceCIDRs) once, for the

@@ -51,6 +51,7 @@ async fn serve(args: &WebhookArgs) -> anyhow::Result<()> {
                 interval: args.server.claim_repair_interval,
                 grace: args.server.claim_grace_period,
             },
+            retain_released_values: args.server.retain_released_values,
             metrics: metrics.webhook().clone(),
             services: Default::default(),
             explicit_ranges: args.ranges.explicit_cluster_ip_ranges(),

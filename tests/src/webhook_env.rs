@@ -230,6 +230,7 @@ impl LocalWebhook {
             svcplane_webhook::shell::WebhookOptions {
                 allocator,
                 seed,
+                retain_released_values: std::time::Duration::ZERO,
                 repair: svcplane_webhook::shell::repair::RepairConfig {
                     interval: Duration::from_secs(3600),
                     grace: Duration::from_secs(60),

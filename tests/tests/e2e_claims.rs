@@ -91,10 +91,21 @@ fn webhook_flags(env: &Env, ranges: Ranges, port: u16, admin: SocketAddr) -> Vec
 
 /// `svcplane webhook`, ready; and its HTTPS base URL.
 async fn start_webhook(env: &Env, name: &str, ranges: Ranges) -> (SvcplaneProcess, String) {
-    let port = free_port();
+    start_webhook_at(env, name, ranges, free_port(), &[]).await
+}
+
+/// `svcplane webhook` serving on `port` with `extra` flags, ready; its HTTPS base URL.
+async fn start_webhook_at(
+    env: &Env,
+    name: &str,
+    ranges: Ranges,
+    port: u16,
+    extra: &[&str],
+) -> (SvcplaneProcess, String) {
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut args = vec!["webhook".to_owned()];
     args.extend(webhook_flags(env, ranges, port, admin));
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     let mut p = SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin));
     p.wait_ready(Duration::from_secs(60)).await;
     (p, format!("https://127.0.0.1:{port}"))
@@ -344,6 +355,240 @@ async fn a_restored_service_gets_the_values_its_annotations_ask_for() {
         "{copy_ip}"
     );
     envtest::delete_namespace(&env.client, &ns).await;
+}
+
+/// `--retain-released-values` across two replicas and a restart: a deleted Service's
+/// ClusterIP and nodePort are retained for its name (stored in its claims); the other
+/// replica, filling the whole nodePort range, never hands them out and refuses them
+/// when asked by hand; the Service created again under the name after a restart of
+/// its replica gets them back with a warning saying so; once the retention ends the
+/// repair loop releases them and anyone may take them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_created_service_gets_its_retained_values_back_and_no_one_else_does() {
+    let Some(env) = env("e2e_claims_retained").await else {
+        return;
+    };
+    let ranges = Ranges {
+        third: 216,
+        first_port: 30700,
+    };
+    const RETAIN: &str = "--retain-released-values=12s";
+    let port_a = free_port();
+    let (a, url_a) = start_webhook_at(&env, "claims-retain-a", ranges, port_a, &[RETAIN]).await;
+    let (b, url_b) =
+        start_webhook_at(&env, "claims-retain-b", ranges, free_port(), &[RETAIN]).await;
+    let ns_a = webhook_namespace(&env, "svcplane-retain-a-", &url_a).await;
+    let ns_b = webhook_namespace(&env, "svcplane-retain-b-", &url_b).await;
+    let services_a: Api<Service> = Api::namespaced(env.client.clone(), &ns_a);
+    let services_b: Api<Service> = Api::namespaced(env.client.clone(), &ns_b);
+    let web = create_through_webhook(&services_a, &node_port_service("web"), ranges).await;
+    let (ip, port) = values_of(&web);
+    let kc = env.cluster.kubeconfig.as_path();
+    kubectl_ok(kc, &["-n", &ns_a, "delete", "service", "web"], "").unwrap();
+    let deleted = Instant::now();
+    // The retention is stored in both claims (by one replica; the other learns it).
+    let claims: Api<AllocationClaim> = Api::all(env.client.clone());
+    loop {
+        let mut retained = true;
+        for name in [format!("ip-{ip}"), format!("nodeport-{port}")] {
+            let claim = claims.get_opt(&name).await.unwrap();
+            retained &=
+                claim.is_some_and(|c| c.spec.retained.is_some() && c.spec.service.name == "web");
+        }
+        if retained {
+            break;
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(10),
+            "retention never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stored_after = deleted.elapsed();
+    // Replica B hands out every other nodePort of the range, never the retained one.
+    let mut others = Vec::new();
+    for i in 0..39 {
+        let s =
+            create_through_webhook(&services_b, &node_port_service(&format!("o{i}")), ranges).await;
+        let (other_ip, other_port) = values_of(&s);
+        assert_ne!(other_ip, ip, "replica B handed out the retained ClusterIP");
+        assert_ne!(
+            other_port, port,
+            "replica B handed out the retained nodePort"
+        );
+        others.push(s);
+    }
+    // Asked for by hand through replica B: refused, as a value in use is.
+    let e = kubectl_ok(
+        kc,
+        &["-n", &ns_b, "create", "-f", "-"],
+        &service_yaml("thief", &ip, port),
+    )
+    .unwrap_err();
+    assert!(e.contains("already allocated"), "{e}");
+    // Replica A restarts (on the same address): the retention is read back from the claims.
+    drop(a);
+    let (a2, _) = start_webhook_at(&env, "claims-retain-a2", ranges, port_a, &[RETAIN]).await;
+    let out = kubectl(
+        kc,
+        &["-n", &ns_a, "create", "-f", "-"],
+        &node_port_yaml("web"),
+    )
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let back = services_a.get("web").await.unwrap();
+    assert_eq!(
+        values_of(&back),
+        (ip.clone(), port),
+        "the same values again"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Warning: ClusterIPs retained for {ns_a}/web given back: {ip}"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Warning: nodePorts retained for {ns_a}/web given back: 80/TCP={port}"
+        )),
+        "{stderr}"
+    );
+    eprintln!(
+        "e2e_claims retained: stored {stored_after:?} after the delete; 39 Services through the \
+         other replica never got {ip}/{port}; after a restart the re-created Service got them back"
+    );
+    // Deleted again: once the retention ends the repair loop releases them, and a Service
+    // in the other namespace may take them by hand.
+    kubectl_ok(kc, &["-n", &ns_a, "delete", "service", "web"], "").unwrap();
+    let deleted = Instant::now();
+    loop {
+        match kubectl_ok(
+            kc,
+            &["-n", &ns_b, "create", "-f", "-"],
+            &service_yaml("late", &ip, port),
+        ) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.contains("already allocated"), "{e}");
+                assert!(
+                    deleted.elapsed() < Duration::from_secs(40),
+                    "never released after the retention: {e}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let released_after = deleted.elapsed();
+    assert!(
+        released_after >= Duration::from_secs(11),
+        "released {released_after:?} after the delete, before the 12 s retention ended"
+    );
+    eprintln!(
+        "e2e_claims retained: released for others {released_after:?} after the second delete (12 s retention)"
+    );
+    assert!(
+        b.metric("svcplane_webhook_claims_released_total{reason=\"retention_ended\"}")
+            .unwrap_or(0.0)
+            + a2.metric("svcplane_webhook_claims_released_total{reason=\"retention_ended\"}")
+                .unwrap_or(0.0)
+            >= 1.0
+    );
+    envtest::delete_namespace(&env.client, &ns_a).await;
+    envtest::delete_namespace(&env.client, &ns_b).await;
+}
+
+/// With the flag off, a namespace annotated `svcplane.io/retain-released-values`
+/// opts its Services in; deleting the claim releases a retained value at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_opts_in_and_deleting_the_claim_releases_early() {
+    let Some(env) = env("e2e_claims_retained_ns").await else {
+        return;
+    };
+    let ranges = Ranges {
+        third: 217,
+        first_port: 30750,
+    };
+    let (_w, url) = start_webhook(&env, "claims-retain-ns", ranges).await;
+    let ns = webhook_namespace(&env, "svcplane-retain-ns-", &url).await;
+    let other = webhook_namespace(&env, "svcplane-retain-other-", &url).await;
+    let kc = env.cluster.kubeconfig.as_path();
+    kubectl_ok(
+        kc,
+        &[
+            "annotate",
+            "namespace",
+            &ns,
+            "svcplane.io/retain-released-values=1h",
+        ],
+        "",
+    )
+    .unwrap();
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &ns);
+    // The webhook sees the annotation through its namespace watch; a Service created
+    // after it is retained on delete.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let web = create_through_webhook(&services, &node_port_service("web"), ranges).await;
+    let (ip, port) = values_of(&web);
+    kubectl_ok(kc, &["-n", &ns, "delete", "service", "web"], "").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let e = kubectl_ok(
+        kc,
+        &["-n", &other, "create", "-f", "-"],
+        &service_yaml("late", &ip, port),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("already allocated"),
+        "retained for the namespace: {e}"
+    );
+    let explained = std::process::Command::new(&env.bin)
+        .args(["explain", "ip", &ip, "--kubeconfig"])
+        .arg(kc)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(text.contains(&format!("retained for {ns}/web")), "{text}");
+    // Released early, by hand.
+    kubectl_ok(
+        kc,
+        &[
+            "delete",
+            "allocationclaim",
+            &format!("ip-{ip}"),
+            &format!("nodeport-{port}"),
+        ],
+        "",
+    )
+    .unwrap();
+    let start = Instant::now();
+    while let Err(e) = kubectl_ok(
+        kc,
+        &["-n", &other, "create", "-f", "-"],
+        &service_yaml("late", &ip, port),
+    ) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "not released by the delete: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "e2e_claims retained: a namespace's annotation retained {ip}/{port}; deleting the claims \
+         released them {:?} later",
+        start.elapsed()
+    );
+    envtest::delete_namespace(&env.client, &ns).await;
+    envtest::delete_namespace(&env.client, &other).await;
+}
+
+/// A NodePort Service of port 80, as `kubectl create -f` takes it.
+fn node_port_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  type: NodePort\n  \
+         selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+    )
 }
 
 /// Creates `total` NodePort Services in `ns` one after another, deleting each once

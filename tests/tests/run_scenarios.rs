@@ -650,6 +650,7 @@ async fn with_the_webhook_services_are_watched_once_for_controllers_and_webhook(
         options: WebhookOptions {
             allocator: svcplane_tests::run_env::allocator(),
             seed: 1,
+            retain_released_values: std::time::Duration::ZERO,
             repair: RepairConfig {
                 interval: Duration::from_secs(30),
                 grace: Duration::from_secs(60),

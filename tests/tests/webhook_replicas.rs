@@ -43,6 +43,21 @@ fn fake_api() -> FakeApi {
     api
 }
 
+/// A state that knows no Service and no claim.
+struct NothingKnown;
+
+impl svcplane_webhook::claim::repair::ClaimStatus for NothingKnown {
+    fn released(&self, _: &svcplane_webhook::claim::repair::ClaimRecord) -> bool {
+        false
+    }
+    fn retained(&self, _: &svcplane_webhook::claim::repair::ClaimRecord) -> bool {
+        false
+    }
+    fn held_by_service(&self, _: svcplane_allocator::Claim) -> bool {
+        false
+    }
+}
+
 /// The repair loop of tests that run passes by hand: it never ticks on its own.
 const BY_HAND: RepairConfig = RepairConfig {
     interval: Duration::from_secs(3600),
@@ -54,6 +69,7 @@ fn options(ranges: &str, ports: &str, seed: u64, repair: RepairConfig) -> Webhoo
         allocator: AllocatorConfig::from_flags(ranges, ports).unwrap(),
         seed,
         repair,
+        retain_released_values: Duration::ZERO,
         metrics: WebhookMetrics::default(),
         services: Default::default(),
         explicit_ranges: None,
@@ -383,7 +399,13 @@ async fn a_re_created_service_refreshes_the_claim_its_predecessor_left() {
     records[0].value = Some(svcplane_allocator::Claim::NodePort(30050));
     assert!(
         unused
-            .claims_to_release(&records, |_| false, |_| false, t0, Duration::from_secs(60))
+            .claims_to_release(
+                &records,
+                &NothingKnown,
+                t0,
+                Duration::from_secs(60),
+                jiff::Timestamp::now()
+            )
             .is_empty()
     );
     let n = repair_once(

@@ -64,6 +64,9 @@ pub struct CapacityMetrics {
     /// Values held by Services or claims, as this replica's state sees them (exported
     /// as `svcplane_webhook_values_held{kind}`).
     pub values_held: Family<KindLabels, Gauge>,
+    /// Of those, the values retained for deleted Services (`--retain-released-values`;
+    /// exported as `svcplane_webhook_values_retained{kind}`).
+    pub values_retained: Family<KindLabels, Gauge>,
     /// Ranges (CIDR, or `nodeports`) last seen nearly full, for the crossing notice.
     nearly_full: Arc<Mutex<HashMap<String, bool>>>,
 }
@@ -263,6 +266,11 @@ impl WebhookMetrics {
             "ClusterIPs and NodePorts held by Services or claims, as this replica sees them",
             self.capacity.values_held.clone(),
         );
+        r.register(
+            "values_retained",
+            "Of the values held, those retained for deleted Services (--retain-released-values)",
+            self.capacity.values_retained.clone(),
+        );
         r.register_collector(Box::new(self.cert.clone()));
     }
 
@@ -409,6 +417,16 @@ impl CapacityMetrics {
         self.values_held
             .get_or_create(&KindLabels { kind: "nodeport" })
             .set(i64::try_from(p.used()).unwrap_or(i64::MAX));
+        let retained = state.retained_claims();
+        let ips = retained
+            .iter()
+            .filter(|r| matches!(r.value, Claim::Ip(_)))
+            .count();
+        for (kind, n) in [("clusterip", ips), ("nodeport", retained.len() - ips)] {
+            self.values_retained
+                .get_or_create(&KindLabels { kind })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     fn note_fill(&self, range: &str, used: u64, size: u64) {

@@ -20,7 +20,7 @@ use svcplane_allocator::{AllocatorConfig, Claim, ConfigError};
 use svcplane_webhook::claim::claim_name;
 use svcplane_webhook::review::{self, Decoded, MutateDecision};
 use svcplane_webhook::shell::holders::HolderSource;
-use svcplane_webhook::state::{AllocationState, HolderKey, ServiceRef};
+use svcplane_webhook::state::{AllocationState, HolderKey, RetainedClaim, ServiceRef};
 
 use super::world::{Availability, World};
 use crate::cli::AllocatorRanges;
@@ -207,11 +207,20 @@ fn holders(world: &World, state: &AllocationState, value: Claim) -> (Vec<Holder>
                 kind: "AllocationClaim",
                 name: name.clone(),
                 service,
-                detail: match state.claim_binding(name) {
-                    Some(uid) => format!(
+                detail: match (state.claim_binding(name), retained(state, name)) {
+                    (Some(uid), _) => format!(
                         "svcplane's lock for it, bound to the Service object with uid {uid}: released the moment that Service gives the value up"
                     ),
-                    None => "svcplane's lock for it, not bound to a stored Service: a request in flight, or one that never completed (the repair loop deletes it after --claim-grace-period)".to_owned(),
+                    (None, Some(r)) => format!(
+                        "retained for {}/{} since that Service was deleted (--retain-released-values), {}: only a Service created again under that name gets it; `kubectl delete allocationclaim {name}` releases it now",
+                        r.service.namespace,
+                        r.service.name,
+                        match r.until {
+                            Some(t) => format!("until {t}"),
+                            None => "not stored yet".to_owned(),
+                        }
+                    ),
+                    (None, None) => "svcplane's lock for it, not bound to a stored Service: a request in flight, or one that never completed (the repair loop deletes it after --claim-grace-period)".to_owned(),
                 },
             },
             HolderKey::IpAddress { name } => Holder {
@@ -230,6 +239,8 @@ fn holders(world: &World, state: &AllocationState, value: Claim) -> (Vec<Holder>
                 service,
                 detail: "reserved by an admission request whose claim is not stored yet".to_owned(),
             },
+            // Namespaces hold no values.
+            HolderKey::Namespace { .. } => continue,
         };
         out.push(holder);
     }
@@ -253,6 +264,11 @@ fn holders(world: &World, state: &AllocationState, value: Claim) -> (Vec<Holder>
         });
     }
     (out, inert)
+}
+
+/// The retention of claim `name`, if it retains a deleted Service's value.
+fn retained(state: &AllocationState, name: &str) -> Option<RetainedClaim> {
+    state.retained_claims().into_iter().find(|r| r.name == name)
 }
 
 fn ip_range(state: &AllocationState, ip: IpAddr) -> RangeReport {

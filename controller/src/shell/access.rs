@@ -142,10 +142,16 @@ pub fn process_grants(needs: &ProcessNeeds) -> Vec<Grant> {
             }));
         }
         out.push(Grant::cluster(Access {
+            group: "",
+            resource: "namespaces",
+            verbs: READ,
+            why: "the webhook's allocation state (a namespace's retention annotation)",
+        }));
+        out.push(Grant::cluster(Access {
             group: "svcplane.io",
             resource: "allocationclaims",
-            verbs: &["get", "list", "watch", "create", "delete"],
-            why: "the webhook's claims (a lost race reads the winner's; the leader releases unused ones)",
+            verbs: &["get", "list", "watch", "create", "patch", "delete"],
+            why: "the webhook's claims (a lost race reads the winner's; the leader releases unused ones and stores retentions)",
         }));
     }
     if let Some(certs) = &needs.self_managed_certs {

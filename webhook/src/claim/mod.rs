@@ -25,7 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use svcplane_allocator::Claim;
 
-use crate::state::{ClaimObject, HolderKey, ServiceRef, created_seconds};
+use crate::state::{ClaimObject, HolderKey, ServiceRef, StoredRetention, created_seconds};
 
 /// API group of svcplane's own resources.
 pub const GROUP: &str = "svcplane.io";
@@ -42,6 +42,7 @@ pub const GROUP: &str = "svcplane.io";
     printcolumn = r#"{"name":"Value","type":"string","jsonPath":".spec.value"}"#,
     printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.service.namespace"}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".spec.service.name"}"#,
+    printcolumn = r#"{"name":"Retained-Until","type":"string","jsonPath":".spec.retained.until"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -55,6 +56,32 @@ pub struct AllocationClaimSpec {
     /// The AdmissionReview request that handed it out.
     #[serde(default)]
     pub request_uid: String,
+    /// Set once the Service was deleted and its value is retained for its name
+    /// (`--retain-released-values`); delete the claim to release the value early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained: Option<ClaimRetention>,
+}
+
+/// How long, and for which field, a deleted Service's value is retained.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRetention {
+    /// When the value is released (RFC 3339).
+    pub until: String,
+    /// The field the value filled: `clusterIPs[N]`, `ports[PORT/PROTOCOL]` or
+    /// `healthCheckNodePort`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub field: String,
+}
+
+impl ClaimRetention {
+    /// As the state keeps it (`None` when `until` is not a timestamp: no retention).
+    pub fn stored(&self) -> Option<StoredRetention> {
+        Some(StoredRetention {
+            until: self.until.parse().ok()?,
+            role: self.field.parse().ok(),
+        })
+    }
 }
 
 /// Kind of value a claim holds.
@@ -119,6 +146,7 @@ impl AllocationClaimSpec {
                 uid: owner.uid.clone(),
             },
             request_uid: owner.request_uid.clone(),
+            retained: None,
         }
     }
 
@@ -164,6 +192,8 @@ impl AllocationClaim {
             uid: self.metadata.uid.clone().unwrap_or_default(),
             created: created_seconds(&self.metadata),
             owner: self.spec.owner(),
+            resource_version: self.metadata.resource_version.clone().unwrap_or_default(),
+            retained: self.spec.retained.as_ref().and_then(ClaimRetention::stored),
             name,
         })
     }

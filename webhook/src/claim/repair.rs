@@ -38,6 +38,8 @@ pub struct ClaimRecord {
     pub uid: String,
     /// The claimed value; `None` when the object is no valid lock.
     pub value: Option<Claim>,
+    /// When its stored retention ends, if it has one.
+    pub retained_until: Option<jiff::Timestamp>,
 }
 
 impl ClaimRecord {
@@ -47,6 +49,12 @@ impl ClaimRecord {
             name: claim.metadata.name.clone().unwrap_or_default(),
             uid: claim.metadata.uid.clone().unwrap_or_default(),
             value: claim.holding().map(|(_, _, v)| v),
+            retained_until: claim
+                .spec
+                .retained
+                .as_ref()
+                .and_then(|r| r.stored())
+                .map(|r| r.until),
         }
     }
 }
@@ -60,6 +68,8 @@ pub enum ReleaseReason {
     Unused,
     /// The object does not name a parseable value matching its name.
     Malformed,
+    /// It retained a deleted Service's value, and the retention has ended.
+    RetentionEnded,
 }
 
 impl ReleaseReason {
@@ -69,8 +79,19 @@ impl ReleaseReason {
             Self::ServiceGone => "service_gone",
             Self::Unused => "unused",
             Self::Malformed => "malformed",
+            Self::RetentionEnded => "retention_ended",
         }
     }
+}
+
+/// What the state says of each claim, for one repair pass.
+pub trait ClaimStatus {
+    /// Its Service was seen giving the value up.
+    fn released(&self, claim: &ClaimRecord) -> bool;
+    /// It retains a deleted Service's value (stored, or decided by this replica).
+    fn retained(&self, claim: &ClaimRecord) -> bool;
+    /// Some stored Service holds `value`.
+    fn held_by_service(&self, value: Claim) -> bool;
 }
 
 /// When each unused claim (by uid) was first seen unused.
@@ -81,27 +102,34 @@ pub struct UnusedClaims {
 
 impl UnusedClaims {
     /// One repair pass over every stored claim at `now`: the claims to delete are the
-    /// `released` ones at once, and those seen unused (`held_by_service` false, or
-    /// malformed) on every pass for at least `grace`. Claims in use or gone are
-    /// forgotten, so a value used again restarts its clock.
+    /// released ones at once, the retained ones whose stored retention ended by `wall`
+    /// (the others are kept, whether stored yet or not), and those seen unused (no
+    /// Service holds the value, or malformed) on every pass for at least `grace`.
+    /// Claims in use or gone are forgotten, so a value used again restarts its clock.
     pub fn claims_to_release<'a>(
         &mut self,
         claims: &'a [ClaimRecord],
-        released: impl Fn(&ClaimRecord) -> bool,
-        held_by_service: impl Fn(Claim) -> bool,
+        status: &impl ClaimStatus,
         now: Instant,
         grace: Duration,
+        wall: jiff::Timestamp,
     ) -> Vec<(&'a ClaimRecord, ReleaseReason)> {
         let mut still_unused = HashMap::with_capacity(self.first_seen.len());
         let mut out = Vec::new();
         for c in claims {
-            if c.value.is_some() && released(c) {
+            if c.value.is_some() && status.retained(c) {
+                if c.retained_until.is_some_and(|until| until <= wall) {
+                    out.push((c, ReleaseReason::RetentionEnded));
+                }
+                continue;
+            }
+            if c.value.is_some() && status.released(c) {
                 out.push((c, ReleaseReason::ServiceGone));
                 continue;
             }
             let reason = match c.value {
                 None => ReleaseReason::Malformed,
-                Some(v) if !held_by_service(v) => ReleaseReason::Unused,
+                Some(v) if !status.held_by_service(v) => ReleaseReason::Unused,
                 Some(_) => continue,
             };
             let first = self.first_seen.get(&c.uid).copied().unwrap_or(now);
@@ -126,7 +154,28 @@ mod tests {
             name: name.into(),
             uid: format!("uid-{name}"),
             value,
+            retained_until: None,
         }
+    }
+
+    /// The state's say: released by `.0`, a Service holds the value by `.1`, nothing
+    /// retained.
+    struct Seen<R, H>(R, H);
+
+    impl<R: Fn(&ClaimRecord) -> bool, H: Fn(Claim) -> bool> ClaimStatus for Seen<R, H> {
+        fn released(&self, c: &ClaimRecord) -> bool {
+            (self.0)(c)
+        }
+        fn retained(&self, _: &ClaimRecord) -> bool {
+            false
+        }
+        fn held_by_service(&self, v: Claim) -> bool {
+            (self.1)(v)
+        }
+    }
+
+    fn wall() -> jiff::Timestamp {
+        "2026-11-29T12:00:00Z".parse().unwrap()
     }
 
     fn ip(s: &str) -> Claim {
@@ -148,16 +197,16 @@ mod tests {
         let mut u = UnusedClaims::default();
         let free = |_| false;
         assert!(
-            u.claims_to_release(&claims, none, free, t0, DEFAULT_GRACE)
+            u.claims_to_release(&claims, &Seen(none, free), t0, DEFAULT_GRACE, wall())
                 .is_empty(),
             "first sighting"
         );
         let at = |s| t0 + Duration::from_secs(s);
         assert!(
-            u.claims_to_release(&claims, none, free, at(59), DEFAULT_GRACE)
+            u.claims_to_release(&claims, &Seen(none, free), at(59), DEFAULT_GRACE, wall())
                 .is_empty()
         );
-        let out = u.claims_to_release(&claims, none, free, at(60), DEFAULT_GRACE);
+        let out = u.claims_to_release(&claims, &Seen(none, free), at(60), DEFAULT_GRACE, wall());
         assert_eq!(names(&out), ["a"]);
         assert_eq!(out[0].1, ReleaseReason::Unused);
     }
@@ -168,23 +217,47 @@ mod tests {
         let at = |s| t0 + Duration::from_secs(s);
         let claims = vec![rec("a", Some(Claim::NodePort(30001)))];
         let mut u = UnusedClaims::default();
-        u.claims_to_release(&claims, none, |_| false, t0, DEFAULT_GRACE);
+        u.claims_to_release(&claims, &Seen(none, |_| false), t0, DEFAULT_GRACE, wall());
         // The Service shows up: kept, and forgotten as unused.
         assert!(
-            u.claims_to_release(&claims, none, |_| true, at(50), DEFAULT_GRACE)
-                .is_empty()
+            u.claims_to_release(
+                &claims,
+                &Seen(none, |_| true),
+                at(50),
+                DEFAULT_GRACE,
+                wall()
+            )
+            .is_empty()
         );
         // Unused again later: a fresh grace period starts.
         assert!(
-            u.claims_to_release(&claims, none, |_| false, at(100), DEFAULT_GRACE)
-                .is_empty()
+            u.claims_to_release(
+                &claims,
+                &Seen(none, |_| false),
+                at(100),
+                DEFAULT_GRACE,
+                wall()
+            )
+            .is_empty()
         );
         assert!(
-            u.claims_to_release(&claims, none, |_| false, at(159), DEFAULT_GRACE)
-                .is_empty()
+            u.claims_to_release(
+                &claims,
+                &Seen(none, |_| false),
+                at(159),
+                DEFAULT_GRACE,
+                wall()
+            )
+            .is_empty()
         );
         assert_eq!(
-            names(&u.claims_to_release(&claims, none, |_| false, at(160), DEFAULT_GRACE)),
+            names(&u.claims_to_release(
+                &claims,
+                &Seen(none, |_| false),
+                at(160),
+                DEFAULT_GRACE,
+                wall()
+            )),
             ["a"]
         );
     }
@@ -196,20 +269,32 @@ mod tests {
         let mut u = UnusedClaims::default();
         u.claims_to_release(
             &[rec("a", Some(ip("10.0.0.2")))],
-            none,
-            |_| false,
+            &Seen(none, |_| false),
             t0,
             DEFAULT_GRACE,
+            wall(),
         );
         let mut again = rec("a", Some(ip("10.0.0.2")));
         again.uid = "uid-a-2".into();
         let claims = vec![again];
         assert!(
-            u.claims_to_release(&claims, none, |_| false, at(70), DEFAULT_GRACE)
-                .is_empty()
+            u.claims_to_release(
+                &claims,
+                &Seen(none, |_| false),
+                at(70),
+                DEFAULT_GRACE,
+                wall()
+            )
+            .is_empty()
         );
         assert_eq!(
-            names(&u.claims_to_release(&claims, none, |_| false, at(130), DEFAULT_GRACE)),
+            names(&u.claims_to_release(
+                &claims,
+                &Seen(none, |_| false),
+                at(130),
+                DEFAULT_GRACE,
+                wall()
+            )),
             ["a"]
         );
     }
@@ -223,7 +308,7 @@ mod tests {
         ];
         let mut u = UnusedClaims::default();
         let gone = |c: &ClaimRecord| c.name == "gone";
-        let out = u.claims_to_release(&claims, gone, |_| false, t0, DEFAULT_GRACE);
+        let out = u.claims_to_release(&claims, &Seen(gone, |_| false), t0, DEFAULT_GRACE, wall());
         assert_eq!(
             out.iter()
                 .map(|(c, r)| (c.name.as_str(), *r))
@@ -233,8 +318,61 @@ mod tests {
         );
         // A released claim is released whatever else holds its value (a new Service
         // that took it over in-tree, say); the Service holding it keeps its own claim.
-        let out = u.claims_to_release(&claims, gone, |_| true, t0, DEFAULT_GRACE);
+        let out = u.claims_to_release(&claims, &Seen(gone, |_| true), t0, DEFAULT_GRACE, wall());
         assert_eq!(names(&out), ["gone"]);
+    }
+
+    /// Everything named in `.0` is retained; nothing else is known.
+    struct Retaining(&'static [&'static str]);
+
+    impl ClaimStatus for Retaining {
+        fn released(&self, _: &ClaimRecord) -> bool {
+            false
+        }
+        fn retained(&self, c: &ClaimRecord) -> bool {
+            self.0.contains(&c.name.as_str())
+        }
+        fn held_by_service(&self, _: Claim) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_retained_claim_is_kept_until_its_stored_retention_ends_then_released_at_once() {
+        let t0 = Instant::now();
+        let ends = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+        let claims = vec![
+            ClaimRecord {
+                retained_until: ends("2026-11-29T12:00:00Z"),
+                ..rec("ends-now", Some(ip("10.0.0.1")))
+            },
+            ClaimRecord {
+                retained_until: ends("2026-11-29T12:00:01Z"),
+                ..rec("ends-later", Some(ip("10.0.0.2")))
+            },
+            // Decided by a replica, not stored yet: kept, whatever the clocks say.
+            rec("pending", Some(ip("10.0.0.3"))),
+            // A stored retention the state no longer honours (bound again): the
+            // usual rules, so unused for a grace period first.
+            ClaimRecord {
+                retained_until: ends("2026-11-29T11:00:00Z"),
+                ..rec("bound-again", Some(ip("10.0.0.4")))
+            },
+        ];
+        let mut u = UnusedClaims::default();
+        let status = Retaining(&["ends-now", "ends-later", "pending"]);
+        let long_after = t0 + DEFAULT_GRACE * 100;
+        u.claims_to_release(&claims, &status, t0, DEFAULT_GRACE, wall());
+        let out = u.claims_to_release(&claims, &status, long_after, DEFAULT_GRACE, wall());
+        assert_eq!(
+            out.iter()
+                .map(|(c, r)| (c.name.as_str(), *r))
+                .collect::<Vec<_>>(),
+            [
+                ("ends-now", ReleaseReason::RetentionEnded),
+                ("bound-again", ReleaseReason::Unused)
+            ]
+        );
     }
 
     #[test]
@@ -243,10 +381,16 @@ mod tests {
         let claims = vec![rec("bad", None)];
         let mut u = UnusedClaims::default();
         assert!(
-            u.claims_to_release(&claims, none, |_| true, t0, DEFAULT_GRACE)
+            u.claims_to_release(&claims, &Seen(none, |_| true), t0, DEFAULT_GRACE, wall())
                 .is_empty()
         );
-        let out = u.claims_to_release(&claims, none, |_| true, t0 + DEFAULT_GRACE, DEFAULT_GRACE);
+        let out = u.claims_to_release(
+            &claims,
+            &Seen(none, |_| true),
+            t0 + DEFAULT_GRACE,
+            DEFAULT_GRACE,
+            wall(),
+        );
         assert_eq!(
             out.iter()
                 .map(|(c, r)| (c.name.as_str(), *r))

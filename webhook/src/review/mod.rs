@@ -24,6 +24,7 @@ mod patch;
 pub mod probe;
 pub mod requested;
 mod response;
+pub mod retained;
 mod update_rules;
 mod validate;
 mod warnings;

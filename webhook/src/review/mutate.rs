@@ -29,10 +29,11 @@ use svcplane_allocator::{Allocators, Claim, ServiceError, Transaction};
 use super::MutateDecision;
 use super::decode::{Operation, ServiceRequest};
 use super::patch::{Mode, allocation_patch};
-use super::requested;
 use super::validate::structural_errors;
 use super::warnings::{cluster_ip_band_warning, node_port_band_warning};
+use super::{requested, retained};
 use crate::state::hold_kept_values;
+use crate::state::retention;
 use crate::state::{AllocationState, ServiceRef};
 
 /// Why the allocation closure did not produce a transaction.
@@ -63,13 +64,21 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
     let mut svc = req.service.clone();
     // A create may ask for values by annotation (a restore); a bad annotation is
     // reported and ignored, never a refusal.
-    let (requested, mut notes) = match old {
+    let (mut requested, mut notes) = match old {
         None => match requested::read(&req.service) {
             Ok(r) => (r, Vec::new()),
             Err(e) => (None, vec![e]),
         },
         Some(_) => (None, Vec::new()),
     };
+    // A create under the name of a deleted Service whose values are retained asks for
+    // them back, unless it asks for values by annotation itself.
+    if old.is_none() && requested.is_none() {
+        requested = retained::request(&req.service, &me, &state.retained_for(&me));
+    }
+    if let Err(e) = retention::annotated(req.service.metadata.annotations.as_ref()) {
+        notes.push(e);
+    }
     let outcome = state.reserve(&me, |a| {
         // Dry runs are allocated for real too: the answer must carry values that are
         // actually free, and the shell drops the reservation afterwards.

@@ -30,6 +30,30 @@ pub struct Requested {
     /// `(port, protocol, nodePort)`.
     pub node_ports: Vec<(i32, String, i32)>,
     pub health_check_node_port: Option<i32>,
+    /// Where the request comes from (how warnings name it).
+    pub origin: Origin,
+}
+
+/// Who asks for the values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// The Service's own annotations.
+    #[default]
+    Annotations,
+    /// svcplane: the values retained for `namespace/name` since it was deleted.
+    Retained(String),
+}
+
+impl Origin {
+    /// How a warning names the ClusterIPs (`true`) or nodePorts asked for.
+    fn names(&self, cluster_ips: bool) -> String {
+        match (self, cluster_ips) {
+            (Self::Annotations, true) => format!("{REQUESTED_CLUSTER_IPS}:"),
+            (Self::Annotations, false) => format!("{REQUESTED_NODE_PORTS}:"),
+            (Self::Retained(service), true) => format!("ClusterIPs retained for {service}"),
+            (Self::Retained(service), false) => format!("nodePorts retained for {service}"),
+        }
+    }
 }
 
 impl Requested {
@@ -103,25 +127,39 @@ fn items(list: &str) -> impl Iterator<Item = &str> {
 
 /// `svc` with the requested values filled into the fields it leaves for automatic
 /// allocation, each group only where the allocator in `a` would give it now; one
-/// warning for each group it would not give. `a` is left as it was.
+/// warning for each group it would not give, and (values retained by svcplane, which
+/// the client did not ask for) one for each group it gives back. `a` is left as it was.
 pub fn fill(a: &mut Allocators, svc: &Service, r: &Requested) -> (Service, Vec<String>) {
     let mut out = svc.clone();
     let mut warnings = Vec::new();
+    let retained = matches!(r.origin, Origin::Retained(_));
     if let Some(candidate) = with_cluster_ips(&out, r) {
+        let names = r.origin.names(true);
         match try_create(a, &candidate) {
-            Ok(()) => out = candidate,
+            Ok(()) => {
+                out = candidate;
+                if retained {
+                    warnings.push(format!("{names} given back: {}", r.cluster_ips.join(",")));
+                }
+            }
             Err(e) => warnings.push(format!(
-                "{REQUESTED_CLUSTER_IPS}: {} not given ({}); the Service gets automatic ClusterIPs",
+                "{names} {} not given ({}); the Service gets automatic ClusterIPs",
                 r.cluster_ips.join(","),
                 why(&e)
             )),
         }
     }
     if let Some(candidate) = with_node_ports(&out, r) {
+        let names = r.origin.names(false);
         match try_create(a, &candidate) {
-            Ok(()) => out = candidate,
+            Ok(()) => {
+                out = candidate;
+                if retained {
+                    warnings.push(format!("{names} given back: {}", r.node_ports_text()));
+                }
+            }
             Err(e) => warnings.push(format!(
-                "{REQUESTED_NODE_PORTS}: {} not given ({}); the Service gets automatic nodePorts",
+                "{names} {} not given ({}); the Service gets automatic nodePorts",
                 r.node_ports_text(),
                 why(&e)
             )),

@@ -3,14 +3,17 @@
 //! Each watched kind says which [`HolderKey`] an object is, which Service it stands for
 //! and which values it holds; the watch loop only moves these into the state.
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::IPAddress;
 use svcplane_allocator::range::parse_ip_sloppy;
 use svcplane_allocator::service::claims_of;
 use svcplane_allocator::{Claim, SvcView};
 
 use crate::claim::AllocationClaim;
-use crate::state::{AllocationState, HolderKey, ServiceObject, ServiceRef, created_seconds};
+use crate::state::namespaces::NamespaceSettings;
+use crate::state::{
+    AllocationState, HolderKey, ServiceObject, ServiceRef, created_seconds, retention,
+};
 
 /// Which watched source a holder comes from (so a re-list replaces only its own kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,6 +26,8 @@ pub enum SourceKind {
     IpAddresses,
     /// ServiceCIDR objects (the ranges; they hold no values).
     ServiceCidrs,
+    /// Namespaces (they hold no values; their annotations and labels steer allocation).
+    Namespaces,
 }
 
 impl SourceKind {
@@ -33,6 +38,7 @@ impl SourceKind {
             (Self::Services, HolderKey::Service { .. })
                 | (Self::Claims, HolderKey::Claim { .. })
                 | (Self::IpAddresses, HolderKey::IpAddress { .. })
+                | (Self::Namespaces, HolderKey::Namespace { .. })
         )
     }
 
@@ -43,6 +49,7 @@ impl SourceKind {
             Self::Claims => "allocationclaims",
             Self::IpAddresses => "ipaddresses",
             Self::ServiceCidrs => "servicecidrs",
+            Self::Namespaces => "namespaces",
         }
     }
 }
@@ -122,6 +129,11 @@ impl HolderSource for Service {
         let object = ServiceObject {
             uid: self.metadata.uid.clone().unwrap_or_default(),
             created: created_seconds(&self.metadata),
+            // A malformed annotation was warned about at admission; it counts as unset.
+            retain: retention::annotated(self.metadata.annotations.as_ref())
+                .ok()
+                .flatten(),
+            roles: retention::roles_of(self),
         };
         state.set_service(h.key.clone(), service_owner(self), object, h.values);
         Some(h.key)
@@ -178,6 +190,57 @@ impl HolderSource for AllocationClaim {
         state
             .claim_names()
             .map(|name| HolderKey::Claim { name: name.clone() })
+            .collect()
+    }
+}
+
+impl HolderSource for Namespace {
+    const KIND: SourceKind = SourceKind::Namespaces;
+
+    fn key(&self) -> Option<HolderKey> {
+        Some(HolderKey::Namespace {
+            name: self.metadata.name.clone()?,
+        })
+    }
+
+    /// A namespace holds nothing.
+    fn holding(&self) -> Option<ObjectHolding> {
+        Some(ObjectHolding {
+            key: self.key()?,
+            owner: None,
+            values: Vec::new(),
+        })
+    }
+
+    fn record(&self, state: &mut AllocationState) -> Option<HolderKey> {
+        let key = self.key()?;
+        let settings = NamespaceSettings {
+            // A malformed annotation counts as unset (the Services' reviews say why
+            // their own would be refused; a namespace's is only logged).
+            retain: retention::annotated(self.metadata.annotations.as_ref())
+                .inspect_err(
+                    |e| tracing::debug!(namespace = ?self.metadata.name, error = %e, "ignored"),
+                )
+                .ok()
+                .flatten(),
+            labels: self.metadata.labels.clone().unwrap_or_default(),
+        };
+        if let HolderKey::Namespace { name } = &key {
+            state.set_namespace(name, settings);
+        }
+        Some(key)
+    }
+
+    fn forget(state: &mut AllocationState, key: &HolderKey) {
+        if let HolderKey::Namespace { name } = key {
+            state.remove_namespace(name);
+        }
+    }
+
+    fn known(state: &AllocationState) -> Vec<HolderKey> {
+        state
+            .namespace_names()
+            .map(|name| HolderKey::Namespace { name: name.clone() })
             .collect()
     }
 }

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use svcplane_allocator::Claim;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::watch::{Readiness, SharedState, lock};
 use crate::claim::AllocationClaim;
-use crate::claim::repair::{ClaimRecord, ReleaseReason, UnusedClaims};
+use crate::claim::repair::{ClaimRecord, ClaimStatus, ReleaseReason, UnusedClaims};
 use crate::metrics::WebhookMetrics;
 use crate::state::{AllocationState, HolderKey};
 
@@ -37,6 +37,20 @@ pub fn held_by_service(state: &AllocationState, value: Claim) -> bool {
         .holders(value)
         .iter()
         .any(|h| matches!(h.key, HolderKey::Service { .. }))
+}
+
+impl ClaimStatus for AllocationState {
+    fn released(&self, c: &ClaimRecord) -> bool {
+        self.released_claim(&c.name, &c.uid).is_some()
+    }
+
+    fn retained(&self, c: &ClaimRecord) -> bool {
+        self.is_retained(&c.name, &c.uid)
+    }
+
+    fn held_by_service(&self, value: Claim) -> bool {
+        held_by_service(self, value)
+    }
 }
 
 /// What one repair pass did.
@@ -61,13 +75,7 @@ pub async fn repair_once(
     let doomed: Vec<(ClaimRecord, ReleaseReason)> = {
         let st = lock(state);
         unused
-            .claims_to_release(
-                &records,
-                |c| st.released_claim(&c.name, &c.uid).is_some(),
-                |v| held_by_service(&st, v),
-                now,
-                grace,
-            )
+            .claims_to_release(&records, &*st, now, grace, jiff::Timestamp::now())
             .into_iter()
             .map(|(c, why)| (c.clone(), why))
             .collect()
@@ -97,6 +105,61 @@ pub async fn repair_once(
     Ok(pass)
 }
 
+/// How often retentions decided by this replica are looked for and stored: soon after a
+/// Service's delete, so that a restart right after it loses as little as possible.
+const STORE_RETENTIONS_EVERY: Duration = Duration::from_secs(1);
+
+/// Store every retention this replica decided and has not seen stored: a merge patch
+/// of `spec.retained` (ending `retain` after `wall`) and of the Service's name, with
+/// the claim's resourceVersion as precondition, so that of two replicas storing the
+/// same retention one wins and the other learns it from the watch. Returns how many
+/// were stored.
+pub async fn store_retentions(
+    client: &Client,
+    state: &SharedState,
+    wall: jiff::Timestamp,
+) -> usize {
+    let api: Api<AllocationClaim> = Api::all(client.clone());
+    let pending = lock(state).pending_retentions();
+    let mut stored = 0;
+    for p in pending {
+        let until = jiff::SignedDuration::try_from(p.retain)
+            .ok()
+            .and_then(|d| wall.checked_add(d).ok())
+            .unwrap_or(jiff::Timestamp::MAX);
+        let body = serde_json::json!({
+            "metadata": {"resourceVersion": p.resource_version},
+            "spec": {
+                "service": {"name": p.service_name},
+                "retained": {
+                    "until": until.to_string(),
+                    "field": p.role.map(|r| r.to_string()).unwrap_or_default(),
+                },
+            },
+        });
+        match api
+            .patch(&p.claim, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(claim) => {
+                info!(claim = %p.claim, service = %p.service_name, %until, "retained a deleted Service's value");
+                if let Some(object) = claim.object() {
+                    lock(state).set_claim(object);
+                }
+                stored += 1;
+            }
+            // Stored by another replica, changed, or gone since: the watch says which.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                debug!(claim = %p.claim, code = s.code, "retention not stored: the claim changed");
+            }
+            Err(e) => {
+                warn!(claim = %p.claim, error = %e, "storing a retention failed; retrying");
+            }
+        }
+    }
+    stored
+}
+
 /// Run passes every `config.interval` until `cancel`.
 pub async fn run(
     client: Client,
@@ -109,11 +172,20 @@ pub async fn run(
     let mut unused = UnusedClaims::default();
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut store_tick = tokio::time::interval(STORE_RETENTIONS_EVERY);
+    store_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut skipping = false;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
+            _ = store_tick.tick() => {
+                // Only what a watch in sync decided: the same condition as a pass.
+                if readiness.repair_safe() {
+                    store_retentions(&client, &state, jiff::Timestamp::now()).await;
+                }
+                continue;
+            }
         }
         if !readiness.repair_safe() {
             // What was seen unused before the outage proves nothing about now.

@@ -32,6 +32,9 @@ pub struct WebhookOptions {
     pub seed: u64,
     /// Claim repair loop settings.
     pub repair: RepairConfig,
+    /// `--retain-released-values`: how long a deleted Service's values stay retained
+    /// for its name (zero: released at once).
+    pub retain_released_values: std::time::Duration,
     /// Where the webhook counts what it does (registered by the caller's `/metrics`).
     pub metrics: WebhookMetrics,
     /// Who watches Services and ServiceCIDRs.
@@ -125,7 +128,9 @@ pub async fn start_watches(
     cancel: CancellationToken,
 ) -> Result<Started, String> {
     let allocators = options.allocator.allocators(options.seed)?;
-    let state = Arc::new(Mutex::new(AllocationState::new(allocators)));
+    let mut state = AllocationState::new(allocators);
+    state.set_default_retention(options.retain_released_values);
+    let state = Arc::new(Mutex::new(state));
     let readiness = Arc::new(Readiness::default());
     let ranges = Arc::new(ServiceCidrSink::new(
         state.clone(),

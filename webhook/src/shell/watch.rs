@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::IPAddress;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher::{self, Event};
@@ -45,8 +45,8 @@ pub fn lock(state: &SharedState) -> MutexGuard<'_, AllocationState> {
 /// tests see the same signals.
 #[derive(Debug, Default)]
 pub struct Readiness {
-    listed: [AtomicBool; 4],
-    in_sync: [AtomicBool; 4],
+    listed: [AtomicBool; 5],
+    in_sync: [AtomicBool; 5],
     /// The AllocationClaim CRD is not served (the claims watch waits for it).
     crd_missing: AtomicBool,
 }
@@ -63,14 +63,16 @@ fn slot(kind: SourceKind) -> usize {
         SourceKind::Claims => 1,
         SourceKind::IpAddresses => 2,
         SourceKind::ServiceCidrs => 3,
+        SourceKind::Namespaces => 4,
     }
 }
 
-const ALL_SOURCES: [SourceKind; 4] = [
+const ALL_SOURCES: [SourceKind; 5] = [
     SourceKind::Services,
     SourceKind::Claims,
     SourceKind::IpAddresses,
     SourceKind::ServiceCidrs,
+    SourceKind::Namespaces,
 ];
 
 impl Readiness {
@@ -385,7 +387,15 @@ pub async fn spawn_all(
             }
         }
     };
-    let mut tasks = vec![tokio::spawn(claims)];
+    let mut tasks = vec![
+        tokio::spawn(claims),
+        tokio::spawn(feed(
+            Api::<Namespace>::all(client.clone()),
+            state.clone(),
+            readiness.clone(),
+            cancel.clone(),
+        )),
+    ];
     if services == ServiceSource::OwnWatch {
         tasks.push(tokio::spawn(feed(
             Api::<Service>::all(client.clone()),
@@ -557,6 +567,8 @@ mod tests {
         r.listed(SourceKind::IpAddresses);
         assert!(!r.all(), "the ranges too");
         r.listed(SourceKind::ServiceCidrs);
+        assert!(!r.all(), "the namespaces too");
+        r.listed(SourceKind::Namespaces);
         assert!(r.all());
     }
 }

@@ -22,10 +22,12 @@
 //! Claims that never get bound (their Service was never stored, or a watch lagged so the
 //! order could not be told) keep the repair loop's grace period.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use svcplane_allocator::Claim;
 
+use super::retention::{Retained, Role};
 use super::{AllocationState, HolderKey, ServiceRef};
 
 /// `metadata.creationTimestamp` in whole seconds since the epoch (its precision).
@@ -42,6 +44,49 @@ pub struct ServiceObject {
     pub uid: String,
     /// `metadata.creationTimestamp`, whole seconds since the epoch.
     pub created: Option<i64>,
+    /// What its `svcplane.io/retain-released-values` annotation says (`None`: unset).
+    pub retain: Option<Duration>,
+    /// The field each of its values filled (to retain them for the same fields).
+    pub roles: Vec<(Claim, Role)>,
+}
+
+/// A claim's stored retention: it keeps its value for a deleted Service's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredRetention {
+    /// When the retention ends.
+    pub until: jiff::Timestamp,
+    /// The field the value filled.
+    pub role: Option<Role>,
+}
+
+/// A retention this replica decided on and has not seen stored yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRetention {
+    /// Claim object name.
+    pub claim: String,
+    /// Its resourceVersion as last seen (the write's precondition).
+    pub resource_version: String,
+    /// How long from now.
+    pub retain: Duration,
+    /// The field the value filled.
+    pub role: Option<Role>,
+    /// The deleted Service's name (a claim taken by a `generateName` create has none).
+    pub service_name: String,
+}
+
+/// A claim retained for a deleted Service, as the repair loop and metrics see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetainedClaim {
+    /// Object name.
+    pub name: String,
+    /// Object uid.
+    pub uid: String,
+    /// The value.
+    pub value: Claim,
+    /// The Service it is retained for.
+    pub service: ServiceRef,
+    /// When it ends (`None` while not stored yet).
+    pub until: Option<jiff::Timestamp>,
 }
 
 /// A stored `AllocationClaim` as the state needs it.
@@ -57,6 +102,10 @@ pub struct ClaimObject {
     pub owner: ServiceRef,
     /// The claimed value (`None`: not a valid lock; it holds nothing).
     pub value: Option<Claim>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+    /// `spec.retained`: kept for a deleted Service's name until a time.
+    pub retained: Option<StoredRetention>,
 }
 
 /// What the state remembers of a claim object.
@@ -67,6 +116,18 @@ pub(super) struct ClaimInfo {
     bound_to: Option<String>,
     /// Its incarnation was seen giving the value up: it holds nothing any more.
     released: bool,
+    /// Its incarnation was seen deleted and the value is retained for the Service's
+    /// name: how long, for which field, under which name (until seen stored).
+    pending: Option<(Duration, Option<Role>, String)>,
+}
+
+impl ClaimInfo {
+    /// Does the claim retain its value for a deleted Service (stored or decided here)?
+    fn is_retained(&self) -> bool {
+        !self.released
+            && self.bound_to.is_none()
+            && (self.pending.is_some() || self.object.retained.is_some())
+    }
 }
 
 /// A claim whose Service gave its value up, as the repair loop and takeovers see it.
@@ -87,6 +148,17 @@ pub(super) struct Lifecycle {
     services: HashMap<HolderKey, ServiceObject>,
     /// Every stored claim by name.
     claims: HashMap<String, ClaimInfo>,
+    /// Names of the claims with a pending retention (so the writer need not scan).
+    pending: BTreeSet<String>,
+    /// `--retain-released-values`: the retention of Services that do not set their own.
+    default_retain: Duration,
+}
+
+impl Lifecycle {
+    /// `--retain-released-values`.
+    pub(super) fn default_retain(&self) -> Duration {
+        self.default_retain
+    }
 }
 
 impl AllocationState {
@@ -131,12 +203,30 @@ impl AllocationState {
 
     /// Forget a stored Service (deleted, or absent from a re-list): its values are free
     /// unless someone else holds them, and the claims bound to it are released.
+    ///
+    /// When the Service's retention (its annotation, else its namespace's, else
+    /// `--retain-released-values`) is not zero, the claims bound to it are *retained* instead: they keep their
+    /// values for the Service's namespace and name (see [`super::retention`]).
     pub fn remove_service(&mut self, key: &HolderKey) {
         let values = self.values_of(key).to_vec();
         self.remove(key);
         if let Some(object) = self.lifecycle.services.remove(key) {
-            self.release_bound(&object.uid, &values);
+            match key {
+                HolderKey::Service { namespace, name }
+                    if !self.retention_of(namespace, object.retain).is_zero() =>
+                {
+                    let retain = self.retention_of(namespace, object.retain);
+                    self.retain_bound(name, &object, &values, retain);
+                }
+                _ => self.release_bound(&object.uid, &values),
+            }
         }
+    }
+
+    /// `--retain-released-values`: how long a deleted Service's values are retained
+    /// when it does not say (zero: released at once, as upstream).
+    pub fn set_default_retention(&mut self, retain: Duration) {
+        self.lifecycle.default_retain = retain;
     }
 
     /// Record a stored claim. The same object seen again keeps its binding and, once
@@ -153,12 +243,12 @@ impl AllocationState {
             if info.released {
                 return;
             }
+            if claim.retained.is_some() && info.pending.take().is_some() {
+                self.lifecycle.pending.remove(&claim.name);
+            }
             let bound_to = info.bound_to.clone();
-            self.set(
-                key,
-                Some(claim.owner.clone()),
-                claim.value.into_iter().collect(),
-            );
+            let owner = owner_of(info);
+            self.set(key, Some(owner), claim.value.into_iter().collect());
             if bound_to.is_none() {
                 self.bind_arriving(&claim);
             }
@@ -170,8 +260,10 @@ impl AllocationState {
                 object: claim.clone(),
                 bound_to: None,
                 released: false,
+                pending: None,
             },
         );
+        self.lifecycle.pending.remove(&claim.name);
         self.set(
             key,
             Some(claim.owner.clone()),
@@ -183,6 +275,7 @@ impl AllocationState {
     /// Forget a claim object (deleted, given back, or absent from a re-list).
     pub fn remove_claim(&mut self, name: &str) {
         self.lifecycle.claims.remove(name);
+        self.lifecycle.pending.remove(name);
         self.remove(&HolderKey::Claim {
             name: name.to_string(),
         });
@@ -198,6 +291,14 @@ impl AllocationState {
         }
     }
 
+    /// Does the claim named `name`, with uid `uid`, retain a deleted Service's value?
+    pub fn is_retained(&self, name: &str, uid: &str) -> bool {
+        self.lifecycle
+            .claims
+            .get(name)
+            .is_some_and(|i| i.object.uid == uid && i.is_retained())
+    }
+
     /// Every released claim (for the repair loop).
     pub fn released_claims(&self) -> Vec<ReleasedClaim> {
         let mut out: Vec<ReleasedClaim> = self
@@ -206,6 +307,79 @@ impl AllocationState {
             .values()
             .filter(|i| i.released)
             .filter_map(released)
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The values retained for the Service `svc` names (its namespace and name).
+    pub fn retained_for(&self, svc: &ServiceRef) -> Vec<Retained> {
+        if svc.name.is_empty() {
+            return Vec::new();
+        }
+        let index = super::OwnerIndex::Named(svc.namespace.clone(), svc.name.clone());
+        let mut out: Vec<Retained> = self
+            .by_owner
+            .get(&index)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| match key {
+                HolderKey::Claim { name } => self.lifecycle.claims.get(name),
+                _ => None,
+            })
+            .filter(|i| i.is_retained())
+            .filter_map(|i| {
+                Some(Retained {
+                    claim: i.object.name.clone(),
+                    value: i.object.value?,
+                    role: i
+                        .pending
+                        .as_ref()
+                        .map(|(_, role, _)| *role)
+                        .unwrap_or_else(|| i.object.retained.and_then(|r| r.role)),
+                    until: i.object.retained.map(|r| r.until),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.claim.cmp(&b.claim));
+        out
+    }
+
+    /// Retentions decided here and not yet seen stored, for the writer.
+    pub fn pending_retentions(&self) -> Vec<PendingRetention> {
+        self.lifecycle
+            .pending
+            .iter()
+            .filter_map(|name| {
+                let info = self.lifecycle.claims.get(name)?;
+                let (retain, role, service_name) = info.pending.clone()?;
+                Some(PendingRetention {
+                    claim: name.clone(),
+                    resource_version: info.object.resource_version.clone(),
+                    retain,
+                    role,
+                    service_name,
+                })
+            })
+            .collect()
+    }
+
+    /// Every claim retained for a deleted Service.
+    pub fn retained_claims(&self) -> Vec<RetainedClaim> {
+        let mut out: Vec<RetainedClaim> = self
+            .lifecycle
+            .claims
+            .values()
+            .filter(|i| i.is_retained())
+            .filter_map(|i| {
+                Some(RetainedClaim {
+                    name: i.object.name.clone(),
+                    uid: i.object.uid.clone(),
+                    value: i.object.value?,
+                    service: owner_of(i),
+                    until: i.object.retained.map(|r| r.until),
+                })
+            })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
@@ -221,19 +395,50 @@ impl AllocationState {
         self.lifecycle.claims.get(name)?.bound_to.as_deref()
     }
 
-    /// Release the claims bound to incarnation `uid` that claim one of `values`.
-    fn release_bound(&mut self, uid: &str, values: &[Claim]) {
+    /// Names of the claims bound to incarnation `uid` that claim one of `values`.
+    fn bound_claims(&self, uid: &str, values: &[Claim]) -> Vec<String> {
         if uid.is_empty() || values.is_empty() {
-            return;
+            return Vec::new();
         }
-        let doomed: Vec<String> = self
-            .lifecycle
+        self.lifecycle
             .claims
             .iter()
             .filter(|(_, i)| !i.released && i.bound_to.as_deref() == Some(uid))
             .filter(|(_, i)| i.object.value.is_some_and(|v| values.contains(&v)))
             .map(|(n, _)| n.clone())
-            .collect();
+            .collect()
+    }
+
+    /// Retain the claims bound to the deleted incarnation `service` (named `name`) that
+    /// claim one of `values`: unbound, they keep holding the value, now for the name.
+    fn retain_bound(
+        &mut self,
+        name: &str,
+        service: &ServiceObject,
+        values: &[Claim],
+        retain: Duration,
+    ) {
+        for claim in self.bound_claims(&service.uid, values) {
+            let Some(info) = self.lifecycle.claims.get_mut(&claim) else {
+                continue;
+            };
+            let role = info
+                .object
+                .value
+                .and_then(|v| service.roles.iter().find(|(r, _)| *r == v))
+                .map(|(_, role)| *role);
+            info.bound_to = None;
+            info.pending = Some((retain, role, name.to_owned()));
+            let owner = owner_of(info);
+            let value: Vec<Claim> = info.object.value.into_iter().collect();
+            self.lifecycle.pending.insert(claim.clone());
+            self.set(HolderKey::Claim { name: claim }, Some(owner), value);
+        }
+    }
+
+    /// Release the claims bound to incarnation `uid` that claim one of `values`.
+    fn release_bound(&mut self, uid: &str, values: &[Claim]) {
+        let doomed = self.bound_claims(uid, values);
         for name in doomed {
             if let Some(info) = self.lifecycle.claims.get_mut(&name) {
                 info.released = true;
@@ -278,6 +483,9 @@ impl AllocationState {
             };
             if for_it {
                 info.bound_to = Some(service.uid.clone());
+                if info.pending.take().is_some() {
+                    self.lifecycle.pending.remove(&name);
+                }
             }
         }
     }
@@ -292,6 +500,9 @@ impl AllocationState {
                 && info.object.owner.uid == uid
             {
                 info.bound_to = Some(uid.to_string());
+                if info.pending.take().is_some() {
+                    self.lifecycle.pending.remove(&name);
+                }
             }
         }
     }
@@ -322,11 +533,27 @@ impl AllocationState {
             if for_it {
                 if let Some(info) = self.lifecycle.claims.get_mut(&claim.name) {
                     info.bound_to = Some(service.uid.clone());
+                    if info.pending.take().is_some() {
+                        self.lifecycle.pending.remove(&claim.name);
+                    }
                 }
                 return;
             }
         }
     }
+}
+
+/// The Service a claim holds its value for: the one it was taken for, named by the
+/// deleted Service's name while it is retained for it (a claim of a `generateName`
+/// create names no Service until its retention is stored).
+fn owner_of(info: &ClaimInfo) -> ServiceRef {
+    let mut owner = info.object.owner.clone();
+    if let Some((_, _, name)) = &info.pending
+        && owner.name.is_empty()
+    {
+        owner.name.clone_from(name);
+    }
+    owner
 }
 
 fn released(info: &ClaimInfo) -> Option<ReleasedClaim> {
@@ -337,5 +564,7 @@ fn released(info: &ClaimInfo) -> Option<ReleasedClaim> {
     })
 }
 
+#[cfg(test)]
+mod retention_tests;
 #[cfg(test)]
 mod tests;

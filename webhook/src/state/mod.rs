@@ -12,7 +12,10 @@
 use std::collections::HashMap;
 
 use lifecycle::Lifecycle;
-pub use lifecycle::{ClaimObject, ReleasedClaim, ServiceObject, created_seconds};
+pub use lifecycle::{
+    ClaimObject, PendingRetention, ReleasedClaim, RetainedClaim, ServiceObject, StoredRetention,
+    created_seconds,
+};
 use svcplane_allocator::range::IpFamily;
 use svcplane_allocator::{Allocators, Claim, Transaction};
 
@@ -121,6 +124,12 @@ pub enum HolderKey {
         /// The AdmissionReview request uid.
         request_uid: String,
     },
+    /// A Namespace: it holds no value, and is a key only so that a re-list can tell
+    /// which namespaces are gone.
+    Namespace {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// One holder of a value and the Service it stands for (`None`: foreign or unknown).
@@ -143,6 +152,8 @@ pub struct AllocationState {
     by_owner: HashMap<OwnerIndex, Vec<HolderKey>>,
     /// Service incarnations and claim bindings (see [`lifecycle`]).
     lifecycle: Lifecycle,
+    /// What each namespace says (see [`namespaces`]).
+    namespaces: namespaces::Namespaces,
 }
 
 /// Where a holder is found from the Service it may belong to.
@@ -194,6 +205,7 @@ impl AllocationState {
             by_holder: HashMap::new(),
             by_owner: HashMap::new(),
             lifecycle: Lifecycle::default(),
+            namespaces: namespaces::Namespaces::default(),
         }
     }
 
@@ -420,6 +432,8 @@ fn mark(allocators: &mut Allocators, value: Claim) {
 }
 
 mod lifecycle;
+pub mod namespaces;
+pub mod retention;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ mod mutate_tests;
 mod prop_tests;
 mod requested_tests;
 mod response_tests;
+mod retained_tests;
 mod rule_tests;
 mod update_tests;
 mod validate_tests;

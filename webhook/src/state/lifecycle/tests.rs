@@ -32,6 +32,8 @@ fn service(s: &mut AllocationState, name: &str, uid: &str, created: i64, values:
         ServiceObject {
             uid: uid.into(),
             created: Some(created),
+            retain: None,
+            roles: Vec::new(),
         },
         values.to_vec(),
     );
@@ -45,6 +47,8 @@ fn claim(value: Claim, for_name: &str, uid: &str, created: i64) -> ClaimObject {
         created: Some(created),
         owner: ServiceRef::of_request("ns", for_name, "", &format!("req-{uid}")),
         value: Some(value),
+        resource_version: format!("rv-{uid}"),
+        retained: None,
     }
 }
 
@@ -216,6 +220,8 @@ fn a_generated_name_service_binds_the_claim_of_its_nameless_create() {
         ServiceObject {
             uid: "svc".into(),
             created: Some(100),
+            retain: None,
+            roles: Vec::new(),
         },
         vec![v],
     );
