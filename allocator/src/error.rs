@@ -25,6 +25,25 @@ pub enum IpAllocError {
     /// `ErrNotReady`: the range's ServiceCIDR is not ready or is terminating.
     #[error("allocator not ready")]
     NotReady,
+    /// svcplane: the address is in a ready range, but not one serving the Service's
+    /// namespace (`svcplane.io/namespace-selector` on the ServiceCIDRs).
+    #[error(
+        "the provided IP is not in a ServiceCIDR serving namespace {namespace:?} (serving it: {serving}; see the svcplane.io/namespace-selector annotation of the cluster's ServiceCIDRs)"
+    )]
+    NotServed {
+        /// The Service's namespace.
+        namespace: String,
+        /// The ranges serving it, as `CIDR (ServiceCIDR NAME)`, or `none`.
+        serving: String,
+    },
+    /// svcplane: no range serves the Service's namespace.
+    #[error(
+        "no ServiceCIDR serves namespace {namespace:?} (see the svcplane.io/namespace-selector annotation of the cluster's ServiceCIDRs)"
+    )]
+    NoneServes {
+        /// The Service's namespace.
+        namespace: String,
+    },
     /// `ErrNotInRange`, reported by a single range.
     #[error(
         "the provided IP ({ip}) is not in the valid range. The range of valid IPs is {valid_range}"

@@ -15,7 +15,17 @@ use std::net::IpAddr;
 use crate::bitmap::Slots;
 use crate::error::{IpAllocError, RangeError};
 use crate::range::{Cidr, IpFamily, cidr_band_offset, ip_to_u128, u128_to_ip, usable_size};
+use crate::range_scope::{self, NamespaceView, RangeScope};
 use crate::rng::Rng;
+
+/// A range as a refusal names it: its CIDR and ServiceCIDRs.
+fn describe_range(r: &CidrAllocator) -> String {
+    if r.objects().is_empty() {
+        r.cidr().to_string()
+    } else {
+        format!("{} (ServiceCIDR {})", r.cidr(), r.objects().join(", "))
+    }
+}
 
 /// Allocation state of one Service CIDR.
 #[derive(Debug, Clone)]
@@ -26,6 +36,9 @@ pub struct CidrAllocator {
     band_offset: u64,
     slots: Slots,
     ready: bool,
+    /// The namespaces it serves, and the ServiceCIDRs naming it (for refusals).
+    scope: RangeScope,
+    objects: Vec<String>,
 }
 
 impl CidrAllocator {
@@ -47,6 +60,8 @@ impl CidrAllocator {
             band_offset,
             slots: Slots::new(size),
             ready: true,
+            scope: RangeScope::Everyone,
+            objects: Vec::new(),
         })
     }
 
@@ -54,6 +69,16 @@ impl CidrAllocator {
     pub fn parse(cidr: &str) -> Result<Self, String> {
         let c = Cidr::parse(cidr)?;
         Self::new(c).map_err(|e| e.to_string())
+    }
+
+    /// The namespaces it serves.
+    pub fn scope(&self) -> &RangeScope {
+        &self.scope
+    }
+
+    /// The ServiceCIDR objects naming it (empty in flags mode).
+    pub fn objects(&self) -> &[String] {
+        &self.objects
     }
 
     /// The CIDR.
@@ -200,6 +225,9 @@ impl CidrAllocator {
 pub struct FamilyAllocator {
     family: IpFamily,
     ranges: Vec<CidrAllocator>,
+    /// The namespace of the request being allocated for, while one is (see
+    /// [`crate::range_scope`]); `None`: every range serves.
+    namespace: Option<NamespaceView>,
 }
 
 impl FamilyAllocator {
@@ -208,6 +236,7 @@ impl FamilyAllocator {
         Self {
             family,
             ranges: Vec::new(),
+            namespace: None,
         }
     }
 
@@ -247,6 +276,68 @@ impl FamilyAllocator {
         self.ranges.len() != before
     }
 
+    /// Set which namespaces the range with this CIDR serves, and the ServiceCIDRs
+    /// naming it; `false` if there is none.
+    pub fn set_scope(&mut self, cidr: &Cidr, scope: RangeScope, objects: &[String]) -> bool {
+        self.ranges
+            .iter_mut()
+            .find(|r| r.cidr() == cidr)
+            .map(|r| {
+                r.scope = scope;
+                r.objects = objects.to_vec();
+            })
+            .is_some()
+    }
+
+    /// Allocate for Services of `namespace` from now on (`None`: for anyone).
+    pub fn set_namespace(&mut self, namespace: Option<NamespaceView>) {
+        self.namespace = namespace;
+    }
+
+    /// Which ranges serve the current namespace (all of them without one).
+    pub fn serving(&self) -> Vec<bool> {
+        match &self.namespace {
+            None => vec![true; self.ranges.len()],
+            Some(ns) => {
+                let scopes: Vec<(&RangeScope, bool)> = self
+                    .ranges
+                    .iter()
+                    .map(|r| (&r.scope, r.is_ready()))
+                    .collect();
+                range_scope::serving(&scopes, ns)
+            }
+        }
+    }
+
+    /// Why `ip`, in some ready range, is refused to the current namespace.
+    fn not_served(&self, ip: IpAddr) -> Option<IpAllocError> {
+        let ns = self.namespace.as_ref()?;
+        let serving = self.serving();
+        let served = self
+            .ranges
+            .iter()
+            .zip(&serving)
+            .any(|(r, s)| *s && r.is_ready() && r.offset_of(ip).is_some());
+        if served {
+            return None;
+        }
+        let own: Vec<String> = self
+            .ranges
+            .iter()
+            .zip(&serving)
+            .filter(|(r, s)| **s && r.is_ready())
+            .map(|(r, _)| describe_range(r))
+            .collect();
+        Some(IpAllocError::NotServed {
+            namespace: ns.name.clone(),
+            serving: if own.is_empty() {
+                "none".to_owned()
+            } else {
+                own.join(", ")
+            },
+        })
+    }
+
     /// Set readiness of the range with this CIDR; `false` if there is none.
     pub fn set_ready(&mut self, cidr: &Cidr, ready: bool) -> bool {
         self.ranges
@@ -276,6 +367,9 @@ impl FamilyAllocator {
         {
             return Err(IpAllocError::MismatchedNetwork);
         }
+        if let Some(refusal) = self.not_served(ip) {
+            return Err(refusal);
+        }
         if self.has(ip) {
             return Err(IpAllocError::Allocated);
         }
@@ -304,7 +398,22 @@ impl FamilyAllocator {
     /// Dynamic allocation: ranges in order; full or not-ready ranges are skipped;
     /// all exhausted → `ErrFull`.
     pub fn allocate_next(&mut self, rng: &mut Rng) -> Result<IpAddr, IpAllocError> {
+        // Without a namespace every range serves: no scope to compute on this path.
+        let serving = self.namespace.as_ref().map(|_| self.serving());
+        if let (Some(ns), Some(serving)) = (&self.namespace, &serving)
+            && !serving.iter().any(|s| *s)
+        {
+            return Err(IpAllocError::NoneServes {
+                namespace: ns.name.clone(),
+            });
+        }
         for i in 0..self.ranges.len() {
+            if serving
+                .as_ref()
+                .is_some_and(|s| !s.get(i).copied().unwrap_or(false))
+            {
+                continue;
+            }
             match self.ranges[i].allocate_next(rng) {
                 Ok(ip) => {
                     if self.ranges.len() > 1 {

@@ -7,6 +7,7 @@
 //! values to release only once the write succeeded ([`Allocators::commit`]). A failed
 //! operation has already rolled back its own partial allocations.
 
+use crate::range_scope::NamespaceView;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
@@ -192,6 +193,7 @@ impl Allocators {
                     }
                 }
                 f.set_ready(&w.cidr, w.ready);
+                f.set_scope(&w.cidr, w.scope.clone(), &w.objects);
             }
         }
         if let Some(p) = primary
@@ -200,6 +202,36 @@ impl Allocators {
             self.primary = p;
         }
         refused
+    }
+
+    /// Does some range serve only the namespaces a ServiceCIDR selector picks?
+    pub fn selects_namespaces(&self) -> bool {
+        [&self.v4, &self.v6].into_iter().flatten().any(|f| {
+            f.ranges()
+                .iter()
+                .any(|r| *r.scope() != crate::range_scope::RangeScope::Everyone)
+        })
+    }
+
+    /// Run `f` allocating for a Service in `namespace`: ClusterIPs come only from the
+    /// ranges serving it ([`crate::range_scope`]). Every range serves outside `f`.
+    pub fn for_namespace<T>(
+        &mut self,
+        namespace: &NamespaceView,
+        f: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        // Without a selecting range every range serves everyone: nothing to scope.
+        if !self.selects_namespaces() {
+            return f(self);
+        }
+        for fam in [&mut self.v4, &mut self.v6].into_iter().flatten() {
+            fam.set_namespace(Some(namespace.clone()));
+        }
+        let out = f(self);
+        for fam in [&mut self.v4, &mut self.v6].into_iter().flatten() {
+            fam.set_namespace(None);
+        }
+        out
     }
 
     /// The NodePort allocator.
@@ -296,10 +328,12 @@ impl Allocators {
             // one; with a single range, that range) and words a miss as that range's
             // `ErrNotInRange`. An address in any ready range passes, as a real create
             // would; a miss names the family's first range.
+            let serving = alloc.serving();
             return if alloc
                 .ranges()
                 .iter()
-                .any(|r| r.is_ready() && r.offset_of(a).is_some())
+                .zip(&serving)
+                .any(|(r, s)| *s && r.is_ready() && r.offset_of(a).is_some())
             {
                 Ok(a)
             } else {

@@ -13,6 +13,8 @@
 //! This module turns the objects (as plain views the shell fills in) into that list of
 //! ranges; [`crate::Allocators::set_ranges`] applies it to running allocators.
 
+use crate::namespace_selector::{NAMESPACE_SELECTOR, NamespaceSelector, SelectorError};
+use crate::range_scope::RangeScope;
 use std::collections::BTreeSet;
 
 use crate::range::{Cidr, IpFamily};
@@ -31,6 +33,8 @@ pub struct ServiceCidrView {
     pub ready_condition: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// Its `svcplane.io/namespace-selector` annotation: `None` without one.
+    pub namespace_selector: Option<Result<NamespaceSelector, SelectorError>>,
 }
 
 impl ServiceCidrView {
@@ -51,7 +55,18 @@ impl ServiceCidrView {
                 .unwrap_or_default(),
             ready_condition: ready,
             deleting: obj.metadata.deletion_timestamp.is_some(),
+            namespace_selector: obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(NAMESPACE_SELECTOR))
+                .map(|text| NamespaceSelector::parse(text)),
         }
+    }
+
+    /// Its selector as a range scope reads it (`Some(None)`: one that does not parse).
+    fn selector(&self) -> Option<Option<&NamespaceSelector>> {
+        self.namespace_selector.as_ref().map(|r| r.as_ref().ok())
     }
 
     /// Whether this object lets its CIDRs hand out addresses.
@@ -69,6 +84,8 @@ pub struct ClusterRange {
     pub ready: bool,
     /// The objects naming it, by name.
     pub objects: Vec<String>,
+    /// The namespaces it serves (from the objects' selectors).
+    pub scope: RangeScope,
 }
 
 /// The distinct CIDRs the objects declare (in the order of the objects' names, the
@@ -91,11 +108,13 @@ pub fn cluster_ranges(objects: &[ServiceCidrView]) -> Vec<ClusterRange> {
                 Some(r) => {
                     r.ready |= obj.serves();
                     r.objects.push(obj.name.clone());
+                    r.scope = std::mem::take(&mut r.scope).with_object(&obj.name, obj.selector());
                 }
                 None => out.push(ClusterRange {
                     cidr,
                     ready: obj.serves(),
                     objects: vec![obj.name.clone()],
+                    scope: RangeScope::of_object(&obj.name, obj.selector()),
                 }),
             }
         }
@@ -132,6 +151,7 @@ mod tests {
             cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
             ready_condition: ready,
             deleting,
+            namespace_selector: None,
         }
     }
 

@@ -20,6 +20,7 @@ fn range(cidr: &str, ready: bool) -> ClusterRange {
         cidr: Cidr::parse(cidr).unwrap(),
         ready,
         objects: vec!["x".into()],
+        scope: Default::default(),
     }
 }
 
@@ -114,12 +115,14 @@ fn a_config_from_objects_orders_the_primary_family_first_and_marks_unready_range
             cidrs: vec!["fd00:10::/112".into(), "10.96.0.0/16".into()],
             ready_condition: true,
             deleting: false,
+            namespace_selector: None,
         },
         ServiceCidrView {
             name: "going".into(),
             cidrs: vec!["10.97.0.0/16".into()],
             ready_condition: true,
             deleting: true,
+            namespace_selector: None,
         },
     ];
     let c = flags.with_service_cidrs(&objects).unwrap();

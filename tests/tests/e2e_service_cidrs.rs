@@ -427,3 +427,127 @@ async fn a_range_flag_that_disagrees_is_reported_and_the_objects_win() {
     }
     envtest::delete_namespace(&env.client, &ns).await;
 }
+
+/// Ranges by namespace: a ServiceCIDR annotated `svcplane.io/namespace-selector:
+/// team=a` serves only the namespaces labelled so, and they only it. A Service created
+/// right after its labelled namespace (before the namespace watch can have delivered
+/// it) gets its address from that range; an unlabelled namespace keeps the API
+/// server's range; an address across the line is refused with a 422 naming the
+/// policy, and `explain range` says whom the range serves.
+#[tokio::test]
+async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_them() {
+    let test = "e2e_service_cidrs::a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_them";
+    let Some(env) = env(test).await else {
+        return;
+    };
+    let (run, base) = start_run(&env, "cidr-ns", &[]).await;
+    let name = "e2e-team-a";
+    let mut cidr = ServiceCIDR::default();
+    cidr.metadata.name = Some(name.into());
+    cidr.metadata.annotations = Some(
+        [(
+            "svcplane.io/namespace-selector".to_owned(),
+            "team=a".to_owned(),
+        )]
+        .into(),
+    );
+    cidr.spec = Some(ServiceCIDRSpec {
+        cidrs: Some(vec!["10.201.0.0/24".into()]),
+    });
+    let cidrs = Api::<ServiceCIDR>::all(env.client.clone());
+    cidrs.create(&PostParams::default(), &cidr).await.unwrap();
+    wait_for(
+        "the range in the webhook",
+        Duration::from_secs(30),
+        || async {
+            run.metric("kube_apiserver_clusterip_allocator_available_ips{cidr=\"10.201.0.0/24\"}")
+                .is_some()
+                && ready_of(&env.client, name)
+                    .await
+                    .is_some_and(|(_, s)| s == "True")
+        },
+    )
+    .await;
+    let mut team = k8s_openapi::api::core::v1::Namespace::default();
+    team.metadata.generate_name = Some("cidrs-team-a-".into());
+    team.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+    let team = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .create(&PostParams::default(), &team)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    let other = envtest::create_namespace(&env.client, "cidrs-other-")
+        .await
+        .unwrap();
+    for ns in [&team, &other] {
+        register_webhooks(&env.client, ns, &base, &env.certs.ca_pem)
+            .await
+            .unwrap();
+    }
+    // The API server may take a moment to call a just-registered webhook: until then
+    // it allocates in-tree from its own range, which the retry below tells apart.
+    let start = Instant::now();
+    let first = loop {
+        let s = create(&env.client, &team, &service("first", None))
+            .await
+            .unwrap();
+        if in_cidr(ip_of(&s), [10, 201, 0, 0], 24) {
+            break s;
+        }
+        Api::<Service>::namespaced(env.client.clone(), &team)
+            .delete("first", &DeleteParams::default())
+            .await
+            .unwrap();
+        assert!(start.elapsed() < Duration::from_secs(30), "{:?}", ip_of(&s));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "e2e_service_cidrs: the selected namespace's first Service got {:?}",
+        ip_of(&first)
+    );
+    for i in 0..5 {
+        let s = create(&env.client, &team, &service(&format!("t{i}"), None))
+            .await
+            .unwrap();
+        assert!(in_cidr(ip_of(&s), [10, 201, 0, 0], 24), "{:?}", ip_of(&s));
+        let s = create(&env.client, &other, &service(&format!("o{i}"), None))
+            .await
+            .unwrap();
+        assert!(in_cidr(ip_of(&s), [10, 96, 0, 0], 16), "{:?}", ip_of(&s));
+    }
+    let e = create(&env.client, &team, &service("across", Some("10.96.77.77")))
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("422") || matches!(&e, kube::Error::Api(s) if s.code == 422),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "not in a ServiceCIDR serving namespace \"{team}\""
+        )) && text.contains("10.201.0.0/24 (ServiceCIDR e2e-team-a)")
+            && text.contains("svcplane.io/namespace-selector"),
+        "{text}"
+    );
+    let e = create(&env.client, &other, &service("across", Some("10.201.0.77")))
+        .await
+        .unwrap_err();
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 422), "{e}");
+    let out = std::process::Command::new(&env.bin)
+        .args(["explain", "range"])
+        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("10.201.0.0/24 (IPv4, ServiceCIDR e2e-team-a): 6 of 254 used\n    serves only namespaces matching \"team=a\" (e2e-team-a)"),
+        "{text}"
+    );
+    envtest::delete_namespace(&env.client, &team).await;
+    envtest::delete_namespace(&env.client, &other).await;
+    let _ = cidrs.delete(name, &DeleteParams::default()).await;
+}

@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
-use svcplane_allocator::AllocatorConfig;
 use svcplane_allocator::ip_allocator::CidrAllocator;
 use svcplane_allocator::node_port::PortAllocator;
 use svcplane_allocator::range::IpFamily;
+use svcplane_allocator::range_scope::RangeScope;
 use svcplane_allocator::service_cidrs::cluster_ranges;
+use svcplane_allocator::{AllocatorConfig, Claim};
 use svcplane_webhook::state::AllocationState;
 
 use super::allocation::{api_notes, state_of};
@@ -53,6 +54,14 @@ pub struct RangeBands {
     /// Whether new values come from it: a range whose ServiceCIDRs are all being
     /// deleted or not ready keeps its values but hands out none.
     pub hands_out: bool,
+    /// The namespaces it serves, when its ServiceCIDRs select them
+    /// (`svcplane.io/namespace-selector`); absent: every namespace no selector binds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub serves: Option<String>,
+    /// Of the used values, those retained for deleted Services
+    /// (`--retain-released-values`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retained: u64,
     /// Values it can hand out (a ClusterIP range's network and IPv4 broadcast
     /// addresses excluded).
     pub size: u64,
@@ -97,6 +106,7 @@ pub fn explain_ranges(
 ) -> Result<RangesReport, String> {
     let state = state_of(world, config)?;
     let objects = cluster_ranges(&world.snapshot.service_cidr_views());
+    let retained: Vec<Claim> = state.retained_claims().iter().map(|r| r.value).collect();
     let services: Vec<&Service> = world
         .snapshot
         .services
@@ -109,16 +119,25 @@ pub fn explain_ranges(
             continue;
         };
         for r in fam.ranges() {
-            let names = if from_cluster {
-                objects
-                    .iter()
-                    .find(|o| o.cidr == *r.cidr())
-                    .map(|o| o.objects.clone())
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            cluster_ip_ranges.push(cidr_bands(r, family, names, &services));
+            let object = objects
+                .iter()
+                .find(|o| o.cidr == *r.cidr())
+                .filter(|_| from_cluster);
+            let mut bands = cidr_bands(
+                r,
+                family,
+                object.map(|o| o.objects.clone()).unwrap_or_default(),
+                &services,
+            );
+            bands.serves = object
+                .map(|o| &o.scope)
+                .filter(|s| **s != RangeScope::Everyone)
+                .map(RangeScope::describe);
+            bands.retained = retained
+                .iter()
+                .filter(|v| matches!(v, Claim::Ip(ip) if r.offset_of(*ip).is_some()))
+                .count() as u64;
+            cluster_ip_ranges.push(bands);
         }
     }
     Ok(RangesReport {
@@ -128,7 +147,13 @@ pub fn explain_ranges(
             "--service-cluster-ip-range".to_owned()
         },
         cluster_ip_ranges,
-        node_port_range: port_bands(&state, &services),
+        node_port_range: RangeBands {
+            retained: retained
+                .iter()
+                .filter(|v| matches!(v, Claim::NodePort(_)))
+                .count() as u64,
+            ..port_bands(&state, &services)
+        },
         notes: api_notes(world),
     })
 }
@@ -168,6 +193,8 @@ fn cidr_bands(
         kind: family.as_str(),
         service_cidrs,
         hands_out: r.is_ready(),
+        serves: None,
+        retained: 0,
         size: r.size(),
         used: r.used(),
         picks_before_static: if r.is_ready() { dynamic_band.free } else { 0 },
@@ -210,6 +237,8 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
         kind: "NodePort",
         service_cidrs: Vec::new(),
         hands_out: true,
+        serves: None,
+        retained: 0,
         size,
         used: p.used(),
         picks_before_static: dynamic_band.free,
@@ -220,6 +249,10 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
 }
 
 /// Values in use, split into (static band, dynamic band).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn split_used<T>(used: impl Iterator<Item = T>, dynamic: impl Fn(&T) -> bool) -> (u64, u64) {
     used.fold(
         (0, 0),
@@ -405,6 +438,42 @@ mod tests {
         .unwrap();
         assert!(!from_cluster);
         assert_eq!(config.cluster_ip_ranges[0].to_string(), "10.96.0.0/12");
+    }
+
+    /// A ServiceCIDR with `svcplane.io/namespace-selector` says whom it serves; values
+    /// retained for deleted Services are counted apart.
+    #[test]
+    fn a_selecting_servicecidr_names_whom_it_serves_and_retained_values_are_counted() {
+        let w = world(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: kubernetes}}\n\
+             spec: {{cidrs: [10.100.0.0/24]}}\n---\n\
+             apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\n\
+             metadata: {{name: team-a, annotations: {{svcplane.io/namespace-selector: team=a}}}}\n\
+             spec: {{cidrs: [10.101.0.0/24]}}\n---\n\
+             apiVersion: svcplane.io/v1alpha1\nkind: AllocationClaim\nmetadata: {{name: ip-10.101.0.9, uid: c1}}\n\
+             spec: {{kind: ClusterIP, value: 10.101.0.9, service: {{namespace: a, name: gone}},\n\
+             retained: {{until: '2026-12-01T00:00:00Z', field: 'clusterIPs[0]'}}}}\n---\n{}",
+            service("a", "kept", "10.101.0.20", None)
+        ));
+        let ranges = crate::cli::AllocatorRanges {
+            service_cluster_ip_range: None,
+            service_node_port_range: "30000-32767".into(),
+            service_ranges_from: crate::cli::RangesFrom::Cluster,
+        };
+        let (config, from_cluster) = super::super::allocation::ranges_of(&w, &ranges).unwrap();
+        let r = explain_ranges(&w, &config, from_cluster).unwrap();
+        let team = &r.cluster_ip_ranges[1];
+        assert_eq!(
+            team.serves.as_deref(),
+            Some("namespaces matching \"team=a\" (team-a)")
+        );
+        assert_eq!((team.used, team.retained), (2, 1));
+        assert_eq!(r.cluster_ip_ranges[0].serves, None);
+        let text = crate::explain::text::ranges(&r);
+        assert!(
+            text.contains("10.101.0.0/24 (IPv4, ServiceCIDR team-a): 2 of 254 used (1 retained for deleted Services)\n    serves only namespaces matching \"team=a\" (team-a)"),
+            "{text}"
+        );
     }
 
     /// AL-2.3: a range smaller than 16 addresses has no static band; every pick is

@@ -469,11 +469,19 @@ fn range_block(out: &mut String, r: &RangeBands) {
     } else {
         ", hands out nothing (its ServiceCIDRs are being deleted or not ready)"
     };
+    let retained = if r.retained > 0 {
+        format!(" ({} retained for deleted Services)", r.retained)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  {} ({}{objects}): {} of {} used{state}",
+        "  {} ({}{objects}): {} of {} used{retained}{state}",
         r.range, r.kind, r.used, r.size
     );
+    if let Some(serves) = &r.serves {
+        let _ = writeln!(out, "    serves only {serves}");
+    }
     let mut rows = vec![row(["band", "values", "size", "used", "free"])];
     for (name, band) in [
         ("static", r.static_band.as_ref()),

@@ -144,8 +144,8 @@ pub fn process_grants(needs: &ProcessNeeds) -> Vec<Grant> {
         out.push(Grant::cluster(Access {
             group: "",
             resource: "namespaces",
-            verbs: READ,
-            why: "the webhook's allocation state (a namespace's retention annotation)",
+            verbs: &["get", "list", "watch"],
+            why: "the webhook's allocation state (a namespace's retention annotation and labels, which ServiceCIDR selectors read; a get when a Service arrives before its namespace's watch event)",
         }));
         out.push(Grant::cluster(Access {
             group: "svcplane.io",

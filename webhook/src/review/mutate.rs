@@ -79,29 +79,32 @@ pub fn mutate(req: &ServiceRequest, state: &mut AllocationState) -> MutateDecisi
     if let Err(e) = retention::annotated(req.service.metadata.annotations.as_ref()) {
         notes.push(e);
     }
+    let namespace = state.namespace_view(&me.namespace);
     let outcome = state.reserve(&me, |a| {
-        // Dry runs are allocated for real too: the answer must carry values that are
-        // actually free, and the shell drops the reservation afterwards.
-        let txn = match old {
-            Some(old) => {
-                hold_kept_values(a, old);
-                a.allocate_update(&mut svc, old, false)
-            }
-            None => {
-                if let Some(r) = &requested {
-                    let (filled, why_not) = requested::fill(a, &svc, r);
-                    svc = filled;
-                    notes.extend(why_not);
+        a.for_namespace(&namespace, |a| {
+            // Dry runs are allocated for real too: the answer must carry values that are
+            // actually free, and the shell drops the reservation afterwards.
+            let txn = match old {
+                Some(old) => {
+                    hold_kept_values(a, old);
+                    a.allocate_update(&mut svc, old, false)
                 }
-                a.allocate_create(&mut svc, false)
+                None => {
+                    if let Some(r) = &requested {
+                        let (filled, why_not) = requested::fill(a, &svc, r);
+                        svc = filled;
+                        notes.extend(why_not);
+                    }
+                    a.allocate_create(&mut svc, false)
+                }
             }
-        }
-        .map_err(Refusal::Deny)?;
-        if !structural_errors(&svc, old).is_empty() {
-            a.revert(txn);
-            return Err(Refusal::Doomed);
-        }
-        Ok(txn)
+            .map_err(Refusal::Deny)?;
+            if !structural_errors(&svc, old).is_empty() {
+                a.revert(txn);
+                return Err(Refusal::Doomed);
+            }
+            Ok(txn)
+        })
     });
     let txn = match outcome {
         Ok(txn) => txn,
@@ -137,12 +140,15 @@ fn dry_run_wording(
     refusal: ServiceError,
 ) -> ServiceError {
     let mut svc = req.service.clone();
-    let upstream = state.evaluate(&req.service_ref(), |a| match req.old_service.as_ref() {
-        Some(old) if req.operation == Operation::Update => {
-            hold_kept_values(a, old);
-            a.allocate_update(&mut svc, old, true)
-        }
-        _ => a.allocate_create(&mut svc, true),
+    let namespace = state.namespace_view(&req.service_ref().namespace);
+    let upstream = state.evaluate(&req.service_ref(), |a| {
+        a.for_namespace(&namespace, |a| match req.old_service.as_ref() {
+            Some(old) if req.operation == Operation::Update => {
+                hold_kept_values(a, old);
+                a.allocate_update(&mut svc, old, true)
+            }
+            _ => a.allocate_create(&mut svc, true),
+        })
     });
     match upstream {
         Err(e) => e,

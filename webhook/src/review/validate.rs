@@ -39,12 +39,15 @@ pub fn validate(req: &ServiceRequest, state: &mut AllocationState) -> ValidateDe
     };
     if !req.dry_run {
         let mut svc = req.service.clone();
-        let replay = state.evaluate(&req.service_ref(), |a| match old {
-            Some(old) => {
-                hold_kept_values(a, old);
-                a.allocate_update(&mut svc, old, false)
-            }
-            None => a.allocate_create(&mut svc, false),
+        let namespace = state.namespace_view(&req.service_ref().namespace);
+        let replay = state.evaluate(&req.service_ref(), |a| {
+            a.for_namespace(&namespace, |a| match old {
+                Some(old) => {
+                    hold_kept_values(a, old);
+                    a.allocate_update(&mut svc, old, false)
+                }
+                None => a.allocate_create(&mut svc, false),
+            })
         });
         if let Err(e) = replay {
             return ValidateDecision::Deny(e);

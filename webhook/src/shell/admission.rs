@@ -21,6 +21,7 @@ use crate::claim::{AllocationClaim, claim_name};
 use crate::handler::{AdmissionHandler, Answer, Endpoint};
 use crate::metrics::WebhookMetrics;
 use crate::review::{self, Decoded, MutateDecision, ServiceRequest, ValidateDecision};
+use crate::state::namespaces::NamespaceSettings;
 use crate::state::{AllocationState, HolderKey, ServiceRef};
 
 /// How many times a mutation is re-run after losing claim races before giving up with
@@ -72,6 +73,32 @@ impl<C: ClaimStore> Webhook<C> {
         &self.metrics
     }
 
+    /// Make sure the state knows namespace `name`'s labels when a ServiceCIDR selects
+    /// namespaces: a Service created right after its namespace may be reviewed before
+    /// the namespace watch delivers it, and would get an address from the wrong range.
+    async fn learn_namespace(&self, name: &str) {
+        let unknown = {
+            let st = lock(&self.state);
+            st.namespace(name).is_none() && st.allocators().selects_namespaces()
+        };
+        if !unknown {
+            return;
+        }
+        if let Some(labels) = self.claims.namespace_labels(name).await {
+            let mut st = lock(&self.state);
+            // The watch may have delivered it meanwhile; it is as new as this read.
+            if st.namespace(name).is_none() {
+                st.set_namespace(
+                    name,
+                    NamespaceSettings {
+                        labels,
+                        ..NamespaceSettings::default()
+                    },
+                );
+            }
+        }
+    }
+
     /// Why the webhook cannot answer yet (`None`: it can), for `/readyz`.
     pub fn not_ready_reason(&self) -> Option<String> {
         self.readiness.not_ready_reason()
@@ -86,6 +113,7 @@ impl<C: ClaimStore> Webhook<C> {
         let pending = HolderKey::Pending {
             request_uid: req.uid.clone(),
         };
+        self.learn_namespace(&req.namespace).await;
         for _ in 0..MAX_ATTEMPTS {
             let decision = review::mutate(req, &mut lock(&self.state));
             let MutateDecision::Allow {

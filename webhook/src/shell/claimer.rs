@@ -4,8 +4,10 @@
 //! learns whether it won the value or who holds it. [`KubeClaims`] is the real thing;
 //! tests and the load bench use stand-ins.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tracing::debug;
@@ -57,12 +59,24 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// another value of the same request). Best effort: a claim left behind is
     /// released by the repair loop after its grace period.
     fn release(&self, claim: &AllocationClaim) -> impl Future<Output = ()> + Send;
+
+    /// The labels of namespace `name`, read from the API server when the namespace
+    /// watch has not delivered it yet (ServiceCIDRs select namespaces by label). `None`
+    /// when it cannot be read; stand-ins without an API server keep the default.
+    fn namespace_labels(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Option<BTreeMap<String, String>>> + Send {
+        let _ = name;
+        std::future::ready(None)
+    }
 }
 
 /// Claims stored as `AllocationClaim` objects in the API server.
 #[derive(Clone)]
 pub struct KubeClaims {
     api: Api<AllocationClaim>,
+    namespaces: Api<Namespace>,
 }
 
 impl std::fmt::Debug for KubeClaims {
@@ -75,7 +89,8 @@ impl KubeClaims {
     /// Claims through `client`.
     pub fn new(client: Client) -> Self {
         Self {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            namespaces: Api::all(client),
         }
     }
 }
@@ -103,6 +118,16 @@ impl ClaimStore for KubeClaims {
             name,
             attempts: ATTEMPTS,
         })
+    }
+
+    async fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        match self.namespaces.get_opt(name).await {
+            Ok(ns) => Some(ns?.metadata.labels.unwrap_or_default()),
+            Err(e) => {
+                debug!(namespace = name, error = %e, "could not read the namespace");
+                None
+            }
+        }
     }
 
     async fn release(&self, claim: &AllocationClaim) {

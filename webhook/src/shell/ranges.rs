@@ -52,6 +52,16 @@ struct Inner {
     follow: bool,
 }
 
+/// The allocator's view of a ServiceCIDR; a namespace selector that does not parse
+/// is logged (its range then serves no namespace).
+fn viewed(obj: &ServiceCIDR) -> ServiceCidrView {
+    let view = ServiceCidrView::of(obj);
+    if let Some(Err(e)) = &view.namespace_selector {
+        warn!(servicecidr = %view.name, error = %e, "the ServiceCIDR's range serves no namespace until its selector is fixed");
+    }
+    view
+}
+
 impl ServiceCidrSink {
     /// A sink feeding `state`; `flags` are the ranges the operator gave, if any.
     pub fn new(
@@ -85,7 +95,7 @@ impl ServiceCidrSink {
 
     /// An object was added or changed.
     pub fn apply(&self, obj: &ServiceCIDR) {
-        let view = ServiceCidrView::of(obj);
+        let view = viewed(obj);
         let mut inner = self.inner();
         inner.objects.insert(view.name.clone(), view);
         if inner.listed {
@@ -108,7 +118,7 @@ impl ServiceCidrSink {
         let mut inner = self.inner();
         inner.objects = objects
             .iter()
-            .map(ServiceCidrView::of)
+            .map(viewed)
             .map(|v| (v.name.clone(), v))
             .collect();
         inner.listed = true;

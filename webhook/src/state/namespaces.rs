@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use svcplane_allocator::range_scope::NamespaceView;
+
 use super::AllocationState;
 
 /// A namespace as the state needs it.
@@ -35,6 +37,17 @@ impl AllocationState {
     /// Names of every namespace the state knows.
     pub fn namespace_names(&self) -> impl Iterator<Item = &String> {
         self.namespaces.keys()
+    }
+
+    /// Namespace `name` as range scopes need it (no labels when not seen).
+    pub fn namespace_view(&self, name: &str) -> NamespaceView {
+        NamespaceView {
+            name: name.to_owned(),
+            labels: self
+                .namespace(name)
+                .map(|n| n.labels.clone())
+                .unwrap_or_default(),
+        }
     }
 
     /// What namespace `name` says (`None` when not seen).

@@ -236,12 +236,14 @@ mod tests {
                 cidrs: vec!["10.96.0.0/16".into()],
                 ready_condition: true,
                 deleting: false,
+                namespace_selector: None,
             },
             ServiceCidrView {
                 name: "extra".into(),
                 cidrs: vec!["10.97.0.0/16".into()],
                 ready_condition: true,
                 deleting: false,
+                namespace_selector: None,
             },
         ];
         assert!(findings(&services, &cidrs, &config).unwrap().is_empty());

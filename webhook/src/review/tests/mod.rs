@@ -4,6 +4,7 @@
 
 mod decode_tests;
 mod mutate_tests;
+mod namespace_range_tests;
 mod prop_tests;
 mod requested_tests;
 mod response_tests;
