@@ -455,6 +455,35 @@ async fn a_re_created_service_gets_its_retained_values_back_and_no_one_else_does
         )),
         "{stderr}"
     );
+    // An Event says so, and the replica counts the values it gave back.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), &ns_a);
+    let start = Instant::now();
+    let note = loop {
+        let given = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("RetainedValuesGivenBack"));
+        if let Some(e) = given {
+            break e.note.unwrap_or_default();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no RetainedValuesGivenBack event"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        note.contains(&format!("ClusterIP {ip}")) && note.contains(&format!("nodePort {port}")),
+        "{note}"
+    );
+    assert_eq!(
+        a2.metric("svcplane_webhook_values_given_back_total"),
+        Some(2.0)
+    );
     eprintln!(
         "e2e_claims retained: stored {stored_after:?} after the delete; 39 Services through the \
          other replica never got {ip}/{port}; after a restart the re-created Service got them back"
@@ -550,6 +579,18 @@ async fn a_namespace_opts_in_and_deleting_the_claim_releases_early() {
         .unwrap();
     let text = String::from_utf8_lossy(&explained.stdout);
     assert!(text.contains(&format!("retained for {ns}/web")), "{text}");
+    let explained = std::process::Command::new(&env.bin)
+        .args(["explain", "service", &format!("{ns}/web"), "--kubeconfig"])
+        .arg(kc)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&explained.stderr);
+    assert!(
+        text.contains("its values are retained for its name until")
+            && text.contains(&format!("{ip} (clusterIPs[0])"))
+            && text.contains(&format!("{port} (ports[80/TCP])")),
+        "{text}"
+    );
     // Released early, by hand.
     kubectl_ok(
         kc,
@@ -848,6 +889,121 @@ async fn under_svcplane_run_a_follower_allows_reuse_and_the_leader_repairs() {
     assert_eq!(
         following.metric("leader_election_master_status{name=\"svcplane\"}"),
         Some(0.0)
+    );
+    envtest::delete_namespace(&env.client, &ns).await;
+    envtest::delete_namespace(&env.client, &lease_ns).await;
+}
+
+/// Under `svcplane run` with two leader-elected replicas: the leader stores the
+/// retention of a Service deleted through the follower's webhook; once the leader is
+/// killed and the follower leads, the retained values are still refused to others and
+/// given back to the Service created again under the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_svcplane_run_a_retention_survives_a_leader_change() {
+    let Some(env) = env("e2e_claims_run_retained").await else {
+        return;
+    };
+    let ranges = Ranges {
+        third: 218,
+        first_port: 30800,
+    };
+    let lease_ns = envtest::create_namespace(&env.client, "svcplane-retain-lease-")
+        .await
+        .unwrap();
+    let spawn = |name: &str| {
+        let port = free_port();
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut args = vec![
+            "run".to_owned(),
+            format!("--leader-elect-resource-namespace={lease_ns}"),
+            "--leader-elect-lease-duration=4s".into(),
+            "--leader-elect-renew-deadline=3s".into(),
+            "--leader-elect-retry-period=1s".into(),
+            "--controllers=allocator-repair".into(),
+            "--retain-released-values=1h".into(),
+        ];
+        args.extend(webhook_flags(&env, ranges, port, admin));
+        (
+            SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin)),
+            format!("https://127.0.0.1:{port}"),
+        )
+    };
+    let (mut a, url_a) = spawn("retain-run-a");
+    let (mut b, url_b) = spawn("retain-run-b");
+    a.wait_ready(Duration::from_secs(60)).await;
+    b.wait_ready(Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        if let Some(h) = lease_holder(&env.client, &lease_ns).await {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (leading, following, follower_url) = if leader == a.name {
+        (a, b, url_b)
+    } else {
+        (b, a, url_a)
+    };
+    let ns = webhook_namespace(&env, "svcplane-retain-run-", &follower_url).await;
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &ns);
+    let web = create_through_webhook(&services, &node_port_service("web"), ranges).await;
+    let (ip, port) = values_of(&web);
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The leader stores the retention the follower's review path depends on.
+    let claims: Api<AllocationClaim> = Api::all(env.client.clone());
+    let start = Instant::now();
+    loop {
+        let claim = claims.get_opt(&format!("ip-{ip}")).await.unwrap();
+        if claim.is_some_and(|c| c.spec.retained.is_some()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "retention never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leader_name = leading.name.clone();
+    leading.signal("KILL");
+    drop(leading);
+    let start = Instant::now();
+    loop {
+        let h = lease_holder(&env.client, &lease_ns).await;
+        if h.as_deref() == Some(following.name.as_str()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the follower never took over from {leader_name}: {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took_over = start.elapsed();
+    let kc = env.cluster.kubeconfig.as_path();
+    let e = kubectl_ok(
+        kc,
+        &["-n", &ns, "create", "-f", "-"],
+        &service_yaml("thief", &ip, port),
+    )
+    .unwrap_err();
+    assert!(e.contains("already allocated"), "{e}");
+    let back = create_through_webhook(&services, &node_port_service("web"), ranges).await;
+    assert_eq!(
+        values_of(&back),
+        (ip.clone(), port),
+        "given back after the leader change"
+    );
+    eprintln!(
+        "e2e_claims run retained: the follower led {took_over:?} after the leader was killed; \
+         {ip}/{port} stayed retained and came back to the re-created Service"
+    );
+    assert_eq!(
+        following.metric("leader_election_master_status{name=\"svcplane\"}"),
+        Some(1.0)
     );
     envtest::delete_namespace(&env.client, &ns).await;
     envtest::delete_namespace(&env.client, &lease_ns).await;

@@ -497,21 +497,43 @@ async fn setup_workload(client: &Client, ns: &str) -> anyhow::Result<Vec<(String
 /// controller's).
 async fn tamper(client: &Client, ns: &str) -> anyhow::Result<u64> {
     let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    let mut slices = api.list(&ListParams::default()).await?.items;
-    slices.sort_by_key(ResourceExt::name_any);
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
     let mut writes = 0;
-    for mut s in slices.iter().take(4).cloned() {
-        for e in s.endpoints_mut() {
-            e.conditions.get_or_insert_default().ready = Some(false);
+    for name in names.iter().take(4) {
+        // A second writer that lost a race with svcplane's own write of the slice
+        // reads it again and edits the new version, as `kubectl edit` makes one do.
+        for attempt in 1.. {
+            let Some(mut s) = api.get_opt(name).await? else {
+                break;
+            };
+            for e in s.endpoints_mut() {
+                e.conditions.get_or_insert_default().ready = Some(false);
+            }
+            s.metadata.managed_fields = None;
+            match api.replace(name, &PostParams::default(), &s).await {
+                Ok(_) => {
+                    writes += 1;
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt < 10 => continue,
+                Err(e) => return Err(e.into()),
+            }
         }
-        s.metadata.managed_fields = None;
-        api.replace(&s.name_any(), &PostParams::default(), &s)
-            .await?;
-        writes += 1;
     }
-    for s in slices.iter().skip(4).take(4) {
-        api.delete(&s.name_any(), &DeleteParams::default()).await?;
-        writes += 1;
+    for name in names.iter().skip(4).take(4) {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => writes += 1,
+            // Deleted by svcplane meanwhile: nothing to tamper with.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(writes)
 }

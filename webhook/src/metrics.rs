@@ -195,6 +195,9 @@ pub struct WebhookMetrics {
     pub claims_released: Family<ReleaseLabels, Counter>,
     /// Claims of deleted Services taken over by a request that wanted their value.
     pub claims_taken_over: Counter,
+    /// Values retained for a deleted Service given back to the Service created again
+    /// under its name.
+    pub values_given_back: Counter,
     /// Repair passes that ran (skipped ones are not counted).
     pub repair_passes: Counter,
 }
@@ -211,6 +214,7 @@ impl Default for WebhookMetrics {
             capacity: CapacityMetrics::default(),
             claims_released: Family::default(),
             claims_taken_over: Counter::default(),
+            values_given_back: Counter::default(),
             repair_passes: Counter::default(),
         }
     }
@@ -229,6 +233,11 @@ impl WebhookMetrics {
             "claims_taken_over",
             "AllocationClaims of deleted Services replaced by a request that wanted their value",
             self.claims_taken_over.clone(),
+        );
+        r.register(
+            "values_given_back",
+            "Values retained for a deleted Service given back to the Service created again under its name",
+            self.values_given_back.clone(),
         );
         r.register(
             "claim_repair_passes",

@@ -266,6 +266,34 @@ fn holders(world: &World, state: &AllocationState, value: Claim) -> (Vec<Holder>
     (out, inert)
 }
 
+/// The values stored as retained for Service `namespace/name`, as a sentence for a
+/// "not found" answer (empty when none).
+pub fn retained_for(world: &World, namespace: &str, name: &str) -> String {
+    let mut values = Vec::new();
+    let mut until = None;
+    for c in world.claims.values() {
+        let s = &c.spec;
+        if let Some(r) = &s.retained
+            && s.service.namespace == namespace
+            && s.service.name == name
+        {
+            values.push(if r.field.is_empty() {
+                s.value.clone()
+            } else {
+                format!("{} ({})", s.value, r.field)
+            });
+            until = until.max(Some(r.until.clone()));
+        }
+    }
+    match until {
+        None => String::new(),
+        Some(until) => format!(
+            "; its values are retained for its name until {until} (--retain-released-values): {}. Create it again, leaving them to the allocator, to get them back",
+            values.join(", ")
+        ),
+    }
+}
+
 /// The retention of claim `name`, if it retains a deleted Service's value.
 fn retained(state: &AllocationState, name: &str) -> Option<RetainedClaim> {
     state.retained_claims().into_iter().find(|r| r.name == name)

@@ -85,6 +85,14 @@ fn named<K: Resource>(items: Vec<K>) -> BTreeMap<String, K> {
         .collect()
 }
 
+/// Adds every AllocationClaim to `world`, when they can be read (a user may lack
+/// the permission, and an API server the CRD: the answer then just says less).
+pub async fn add_claims(client: Client, world: &mut World) {
+    if let Ok(Some(claims)) = list(Api::<AllocationClaim>::all(client), "allocationclaims").await {
+        world.claims = named(claims);
+    }
+}
+
 /// Reads `scope` from the cluster behind `client`.
 pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> {
     let mut world = World::empty(Source::Cluster);

@@ -58,12 +58,14 @@ use self::world::World;
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// The Service or Pod does not exist (exit 1).
-    #[error("{kind} {namespace}/{name} not found{where_}")]
+    #[error("{kind} {namespace}/{name} not found{where_}{retained}")]
     NotFound {
         kind: &'static str,
         namespace: String,
         name: String,
         where_: String,
+        /// For a deleted Service: the values retained for its name, as a sentence.
+        retained: String,
     },
     /// Bad input; the message is `plan`'s `FILE: document N (...): reason` line.
     #[error(transparent)]
@@ -154,6 +156,11 @@ fn yaml<T: Serialize>(value: &T) -> Result<String, ExplainError> {
 pub fn explain(what: &ExplainWhat, world: &World) -> Result<Report, ExplainError> {
     let not_found = |kind, (namespace, name): (String, String)| ExplainError::NotFound {
         kind,
+        retained: if kind == "Service" {
+            allocation::retained_for(world, &namespace, &name)
+        } else {
+            String::new()
+        },
         namespace,
         name,
         where_: world.source.where_(),
@@ -226,7 +233,16 @@ fn read_world(
         let client = crate::kube_client::connect(source.kubeconfig.as_deref(), "explain")
             .await
             .map_err(|e| ExplainError::Connect(format!("{e:#}")))?;
-        live::load(client, &scope).await
+        let mut world = live::load(client.clone(), &scope).await?;
+        // A Service that is gone may have values retained for its name: say so.
+        if let ExplainWhat::Service(o) = what {
+            let (namespace, name) = o.key();
+            let key = crate::dump::snapshot::Key { namespace, name };
+            if !world.snapshot.services.contains_key(&key) {
+                live::add_claims(client, &mut world).await;
+            }
+        }
+        Ok::<World, ExplainError>(world)
     })?;
     Ok((world, Vec::new()))
 }

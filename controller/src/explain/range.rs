@@ -469,6 +469,12 @@ mod tests {
         );
         assert_eq!((team.used, team.retained), (2, 1));
         assert_eq!(r.cluster_ip_ranges[0].serves, None);
+        let gone = super::super::allocation::retained_for(&w, "a", "gone");
+        assert_eq!(
+            gone,
+            "; its values are retained for its name until 2026-12-01T00:00:00Z (--retain-released-values): 10.101.0.9 (clusterIPs[0]). Create it again, leaving them to the allocator, to get them back"
+        );
+        assert_eq!(super::super::allocation::retained_for(&w, "a", "kept"), "");
         let text = crate::explain::text::ranges(&r);
         assert!(
             text.contains("10.101.0.0/24 (IPv4, ServiceCIDR team-a): 2 of 254 used (1 retained for deleted Services)\n    serves only namespaces matching \"team=a\" (team-a)"),

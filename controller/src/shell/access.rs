@@ -148,6 +148,12 @@ pub fn process_grants(needs: &ProcessNeeds) -> Vec<Grant> {
             why: "the webhook's allocation state (a namespace's retention annotation and labels, which ServiceCIDR selectors read; a get when a Service arrives before its namespace's watch event)",
         }));
         out.push(Grant::cluster(Access {
+            group: "events.k8s.io",
+            resource: "events",
+            verbs: &["create"],
+            why: "the webhook's RetainedValuesGivenBack events",
+        }));
+        out.push(Grant::cluster(Access {
             group: "svcplane.io",
             resource: "allocationclaims",
             verbs: &["get", "list", "watch", "create", "patch", "delete"],

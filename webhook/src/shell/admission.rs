@@ -114,6 +114,16 @@ impl<C: ClaimStore> Webhook<C> {
             request_uid: req.uid.clone(),
         };
         self.learn_namespace(&req.namespace).await;
+        // Values retained for this name, which a create may be given back.
+        let retained: Vec<Claim> = if req.old_service.is_none() && !req.dry_run {
+            lock(&self.state)
+                .retained_for(&me)
+                .iter()
+                .map(|r| r.value)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for _ in 0..MAX_ATTEMPTS {
             let decision = review::mutate(req, &mut lock(&self.state));
             let MutateDecision::Allow {
@@ -158,6 +168,16 @@ impl<C: ClaimStore> Webhook<C> {
                         self.metrics.capacity.refresh(&st);
                     }
                     info!(values = ?reserved, "assigned");
+                    let given: Vec<Claim> = reserved
+                        .iter()
+                        .filter(|v| retained.contains(v))
+                        .copied()
+                        .collect();
+                    if !given.is_empty() {
+                        info!(values = ?given, "gave back values retained for the Service's name");
+                        self.metrics.values_given_back.inc_by(given.len() as u64);
+                        self.claims.given_back(&me, &given);
+                    }
                     return answer(review::review_response(
                         &req.uid,
                         &review::Verdict::Allow { patch, warnings },

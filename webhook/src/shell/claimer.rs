@@ -7,12 +7,16 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use svcplane_allocator::Claim;
 use tracing::debug;
 
 use crate::claim::AllocationClaim;
+use crate::state::ServiceRef;
 
 /// Outcome of one claim attempt.
 #[derive(Debug, Clone)]
@@ -60,6 +64,13 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// released by the repair loop after its grace period.
     fn release(&self, claim: &AllocationClaim) -> impl Future<Output = ()> + Send;
 
+    /// Tell the owner of Service `service` (created again under the name of a deleted
+    /// one) that `values`, retained since the delete, were given back: a Normal Event.
+    /// Must not delay the answer; stand-ins without an API server record nothing.
+    fn given_back(&self, service: &ServiceRef, values: &[Claim]) {
+        let _ = (service, values);
+    }
+
     /// The labels of namespace `name`, read from the API server when the namespace
     /// watch has not delivered it yet (ServiceCIDRs select namespaces by label). `None`
     /// when it cannot be read; stand-ins without an API server keep the default.
@@ -77,6 +88,9 @@ pub trait ClaimStore: Send + Sync + 'static {
 pub struct KubeClaims {
     api: Api<AllocationClaim>,
     namespaces: Api<Namespace>,
+    events: Client,
+    /// This replica's name, as the Events it records report it.
+    identity: String,
 }
 
 impl std::fmt::Debug for KubeClaims {
@@ -90,8 +104,61 @@ impl KubeClaims {
     pub fn new(client: Client) -> Self {
         Self {
             api: Api::all(client.clone()),
-            namespaces: Api::all(client),
+            namespaces: Api::all(client.clone()),
+            events: client,
+            identity: String::new(),
         }
+    }
+
+    /// The same store, recording Events as replica `identity`.
+    pub fn with_identity(mut self, identity: &str) -> Self {
+        self.identity = identity.to_owned();
+        self
+    }
+}
+
+/// The Event telling that `values` were given back to `service`.
+fn given_back_event(service: &ServiceRef, values: &[Claim], identity: &str) -> Event {
+    let listed: Vec<String> = values
+        .iter()
+        .map(|v| match v {
+            Claim::Ip(ip) => format!("ClusterIP {ip}"),
+            Claim::NodePort(p) => format!("nodePort {p}"),
+        })
+        .collect();
+    let now = jiff::Timestamp::now();
+    Event {
+        metadata: ObjectMeta {
+            // As client-go names events: the object's name and a unique suffix (a
+            // generateName ending in '.' is refused).
+            name: Some(format!("{}.{:x}", service.name, now.as_nanosecond())),
+            namespace: Some(service.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Service".to_owned()),
+            namespace: Some(service.namespace.clone()),
+            name: Some(service.name.clone()),
+            ..ObjectReference::default()
+        }),
+        event_time: Some(MicroTime(now)),
+        type_: Some("Normal".to_owned()),
+        reason: Some("RetainedValuesGivenBack".to_owned()),
+        action: Some("Allocate".to_owned()),
+        note: Some(format!(
+            "{} retained since {}/{} was deleted (--retain-released-values) given back to the Service created again under its name",
+            listed.join(", "),
+            service.namespace,
+            service.name
+        )),
+        reporting_controller: Some("svcplane.io/webhook".to_owned()),
+        reporting_instance: Some(if identity.is_empty() {
+            "svcplane-webhook".to_owned()
+        } else {
+            identity.to_owned()
+        }),
+        ..Event::default()
     }
 }
 
@@ -118,6 +185,17 @@ impl ClaimStore for KubeClaims {
             name,
             attempts: ATTEMPTS,
         })
+    }
+
+    fn given_back(&self, service: &ServiceRef, values: &[Claim]) {
+        let event = given_back_event(service, values, &self.identity);
+        let api: Api<Event> = Api::namespaced(self.events.clone(), &service.namespace);
+        // Written in the background: the answer to the API server never waits for it.
+        tokio::spawn(async move {
+            if let Err(e) = api.create(&PostParams::default(), &event).await {
+                debug!(error = %e, "could not record the RetainedValuesGivenBack event");
+            }
+        });
     }
 
     async fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {

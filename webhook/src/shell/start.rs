@@ -170,7 +170,7 @@ pub async fn start_watches(
     let webhook = Arc::new(
         Webhook::new(
             state.clone(),
-            KubeClaims::new(client.clone()),
+            KubeClaims::new(client.clone()).with_identity(&options.identity),
             readiness.clone(),
             options.metrics.clone(),
         )
