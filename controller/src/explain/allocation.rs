@@ -531,10 +531,26 @@ pub fn explain_ip(
     let state = state_of(world, config)?;
     let value = Claim::Ip(ip);
     let (holders, inert_claims) = holders(world, &state, value);
+    let mut range = ip_range(&state, ip);
+    // The rule that decides who may get it: the range's namespace selectors.
+    if let Some(cidr) = &range.range {
+        let scoped =
+            svcplane_allocator::service_cidrs::cluster_ranges(&world.snapshot.service_cidr_views())
+                .into_iter()
+                .find(|r| r.cidr.to_string() == *cidr)
+                .map(|r| r.scope)
+                .filter(|s| *s != svcplane_allocator::range_scope::RangeScope::Everyone);
+        if let Some(scope) = scoped {
+            range.detail.push_str(&format!(
+                "; the range serves only {} (svcplane.io/namespace-selector)",
+                scope.describe()
+            ));
+        }
+    }
     Ok(ValueReport {
         kind: "ClusterIP",
         value: ip.to_string(),
-        range: ip_range(&state, ip),
+        range,
         webhook: webhook_answer(state, value, &format!("clusterIP {ip}")),
         holders,
         inert_claims,

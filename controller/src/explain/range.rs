@@ -469,6 +469,15 @@ mod tests {
         );
         assert_eq!((team.used, team.retained), (2, 1));
         assert_eq!(r.cluster_ip_ranges[0].serves, None);
+        let ip = super::super::allocation::explain_ip(&w, &config, "10.101.0.20".parse().unwrap())
+            .unwrap();
+        assert!(
+            ip.range
+                .detail
+                .ends_with("; the range serves only namespaces matching \"team=a\" (team-a) (svcplane.io/namespace-selector)"),
+            "{}",
+            ip.range.detail
+        );
         let gone = super::super::allocation::retained_for(&w, "a", "gone");
         assert_eq!(
             gone,

@@ -25,7 +25,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use svcplane_allocator::Claim;
 
-use crate::state::{ClaimObject, HolderKey, ServiceRef, StoredRetention, created_seconds};
+use crate::state::{
+    ClaimObject, HolderKey, PendingRetention, ServiceRef, StoredRetention, created_seconds,
+};
 
 /// API group of svcplane's own resources.
 pub const GROUP: &str = "svcplane.io";
@@ -127,6 +129,31 @@ pub fn claim_name(value: Claim) -> String {
         }
         Claim::NodePort(p) => format!("nodeport-{p}"),
     }
+}
+
+/// The merge patch that stores retention `p` as decided at `wall`, and when it ends:
+/// `spec.retained` and the deleted Service's name (a claim of a `generateName` create
+/// has none yet), with the claim's resourceVersion as precondition (of two replicas
+/// storing one retention, the second gets a conflict and reads the first's).
+pub fn retention_patch(
+    p: &PendingRetention,
+    wall: jiff::Timestamp,
+) -> (jiff::Timestamp, serde_json::Value) {
+    let until = jiff::SignedDuration::try_from(p.retain)
+        .ok()
+        .and_then(|d| wall.checked_add(d).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    let body = serde_json::json!({
+        "metadata": {"resourceVersion": p.resource_version},
+        "spec": {
+            "service": {"name": p.service_name},
+            "retained": {
+                "until": until.to_string(),
+                "field": p.role.map(|r| r.to_string()).unwrap_or_default(),
+            },
+        },
+    });
+    (until, body)
 }
 
 impl AllocationClaimSpec {

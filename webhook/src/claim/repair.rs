@@ -1,6 +1,8 @@
 //! Which claims the repair loop releases (pure).
 //!
-//! Two kinds of claims are released:
+//! A claim retaining a deleted Service's value (`--retain-released-values`) is kept
+//! until its stored retention ends, then released at once. Two other kinds of claims
+//! are released:
 //! - a claim whose Service this replica saw give the value up (deleted, or updated
 //!   without it) is *released* in the state already (see `state::lifecycle`): it is
 //!   deleted at the next pass, with no grace period, as upstream frees a value in the

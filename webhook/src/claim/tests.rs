@@ -102,3 +102,34 @@ fn the_crd_is_cluster_scoped_with_a_schema() {
             .contains(&serde_json::json!("value"))
     );
 }
+
+#[test]
+fn a_retention_is_stored_with_its_end_its_field_the_service_name_and_a_precondition() {
+    use crate::state::PendingRetention;
+    use crate::state::retention::Role;
+    let p = PendingRetention {
+        claim: "ip-10.0.0.1".into(),
+        resource_version: "42".into(),
+        retain: std::time::Duration::from_secs(90),
+        role: Some(Role::ClusterIp(0)),
+        service_name: "web-x7k2p".into(),
+    };
+    let wall: jiff::Timestamp = "2026-11-29T12:00:00Z".parse().unwrap();
+    let (until, body) = super::retention_patch(&p, wall);
+    assert_eq!(until.to_string(), "2026-11-29T12:01:30Z");
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "metadata": {"resourceVersion": "42"},
+            "spec": {
+                "service": {"name": "web-x7k2p"},
+                "retained": {"until": "2026-11-29T12:01:30Z", "field": "clusterIPs[0]"},
+            },
+        })
+    );
+    // What the patch stores reads back as the state's retention.
+    let stored: super::ClaimRetention =
+        serde_json::from_value(body["spec"]["retained"].clone()).unwrap();
+    let r = stored.stored().unwrap();
+    assert_eq!((r.until, r.role), (until, Some(Role::ClusterIp(0))));
+}

@@ -13,7 +13,12 @@
 //!
 //! A create may ask for values by annotation instead of setting them (a restored
 //! Service; [`super::requested`]): they are given where free, else the Service gets
-//! automatic ones and the answer carries a warning saying why.
+//! automatic ones and the answer carries a warning saying why. A create under the name
+//! of a deleted Service whose values are retained asks for those the same way
+//! ([`super::retained`]).
+//!
+//! ClusterIPs come only from the ranges serving the Service's namespace when a
+//! ServiceCIDR selects namespaces (`svcplane_allocator::range_scope`).
 //!
 //! A request that upstream's validation will reject anyway (e.g. a headless NodePort
 //! Service) is admitted unchanged with nothing reserved: the API server then answers

@@ -1,8 +1,9 @@
 //! Taking claims through the API server.
 //!
-//! [`ClaimStore`] is the seam: the admission handler asks it to create one claim and
-//! learns whether it won the value or who holds it. [`KubeClaims`] is the real thing;
-//! tests and the load bench use stand-ins.
+//! [`ClaimStore`] is the seam between the admission handler and the API server: it
+//! creates one claim and learns whether it won the value or who holds it; it also reads
+//! a namespace the watch has not delivered yet and records the Event of values given
+//! back. [`KubeClaims`] is the real thing; tests and the load bench use stand-ins.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! The claim repair loop: periodically delete claims no Service uses.
+//! The claim repair loop: periodically delete claims no Service uses, and store the
+//! retentions this replica decided (`--retain-released-values`) soon after the delete.
 //!
 //! Every replica may run it: deletes carry the claim's uid as a precondition, so a claim
 //! released and re-taken in between is never deleted by a stale decision, and a claim
@@ -17,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::watch::{Readiness, SharedState, lock};
-use crate::claim::AllocationClaim;
 use crate::claim::repair::{ClaimRecord, ClaimStatus, ReleaseReason, UnusedClaims};
+use crate::claim::{AllocationClaim, retention_patch};
 use crate::metrics::WebhookMetrics;
 use crate::state::{AllocationState, HolderKey};
 
@@ -123,20 +124,7 @@ pub async fn store_retentions(
     let pending = lock(state).pending_retentions();
     let mut stored = 0;
     for p in pending {
-        let until = jiff::SignedDuration::try_from(p.retain)
-            .ok()
-            .and_then(|d| wall.checked_add(d).ok())
-            .unwrap_or(jiff::Timestamp::MAX);
-        let body = serde_json::json!({
-            "metadata": {"resourceVersion": p.resource_version},
-            "spec": {
-                "service": {"name": p.service_name},
-                "retained": {
-                    "until": until.to_string(),
-                    "field": p.role.map(|r| r.to_string()).unwrap_or_default(),
-                },
-            },
-        });
+        let (until, body) = retention_patch(&p, wall);
         match api
             .patch(&p.claim, &PatchParams::default(), &Patch::Merge(&body))
             .await

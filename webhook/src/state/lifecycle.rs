@@ -117,8 +117,16 @@ pub(super) struct ClaimInfo {
     /// Its incarnation was seen giving the value up: it holds nothing any more.
     released: bool,
     /// Its incarnation was seen deleted and the value is retained for the Service's
-    /// name: how long, for which field, under which name (until seen stored).
-    pending: Option<(Duration, Option<Role>, String)>,
+    /// name; until the retention is seen stored.
+    pending: Option<Pending>,
+}
+
+/// A retention decided here: how long, for which field, under which Service name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    retain: Duration,
+    role: Option<Role>,
+    service_name: String,
 }
 
 impl ClaimInfo {
@@ -205,21 +213,23 @@ impl AllocationState {
     /// unless someone else holds them, and the claims bound to it are released.
     ///
     /// When the Service's retention (its annotation, else its namespace's, else
-    /// `--retain-released-values`) is not zero, the claims bound to it are *retained* instead: they keep their
-    /// values for the Service's namespace and name (see [`super::retention`]).
+    /// `--retain-released-values`) is not zero, the claims bound to it are *retained*
+    /// instead: they keep their values for the Service's namespace and name (see
+    /// [`super::retention`]).
     pub fn remove_service(&mut self, key: &HolderKey) {
         let values = self.values_of(key).to_vec();
         self.remove(key);
-        if let Some(object) = self.lifecycle.services.remove(key) {
-            match key {
-                HolderKey::Service { namespace, name }
-                    if !self.retention_of(namespace, object.retain).is_zero() =>
-                {
-                    let retain = self.retention_of(namespace, object.retain);
-                    self.retain_bound(name, &object, &values, retain);
-                }
-                _ => self.release_bound(&object.uid, &values),
-            }
+        let Some(object) = self.lifecycle.services.remove(key) else {
+            return;
+        };
+        let HolderKey::Service { namespace, name } = key else {
+            return self.release_bound(&object.uid, &values);
+        };
+        let retain = self.retention_of(namespace, object.retain);
+        if retain.is_zero() {
+            self.release_bound(&object.uid, &values);
+        } else {
+            self.retain_bound(name, &object, &values, retain);
         }
     }
 
@@ -335,7 +345,7 @@ impl AllocationState {
                     role: i
                         .pending
                         .as_ref()
-                        .map(|(_, role, _)| *role)
+                        .map(|p| p.role)
                         .unwrap_or_else(|| i.object.retained.and_then(|r| r.role)),
                     until: i.object.retained.map(|r| r.until),
                 })
@@ -352,13 +362,13 @@ impl AllocationState {
             .iter()
             .filter_map(|name| {
                 let info = self.lifecycle.claims.get(name)?;
-                let (retain, role, service_name) = info.pending.clone()?;
+                let p = info.pending.clone()?;
                 Some(PendingRetention {
                     claim: name.clone(),
                     resource_version: info.object.resource_version.clone(),
-                    retain,
-                    role,
-                    service_name,
+                    retain: p.retain,
+                    role: p.role,
+                    service_name: p.service_name,
                 })
             })
             .collect()
@@ -428,7 +438,11 @@ impl AllocationState {
                 .and_then(|v| service.roles.iter().find(|(r, _)| *r == v))
                 .map(|(_, role)| *role);
             info.bound_to = None;
-            info.pending = Some((retain, role, name.to_owned()));
+            info.pending = Some(Pending {
+                retain,
+                role,
+                service_name: name.to_owned(),
+            });
             let owner = owner_of(info);
             let value: Vec<Claim> = info.object.value.into_iter().collect();
             self.lifecycle.pending.insert(claim.clone());
@@ -548,10 +562,10 @@ impl AllocationState {
 /// create names no Service until its retention is stored).
 fn owner_of(info: &ClaimInfo) -> ServiceRef {
     let mut owner = info.object.owner.clone();
-    if let Some((_, _, name)) = &info.pending
+    if let Some(p) = &info.pending
         && owner.name.is_empty()
     {
-        owner.name.clone_from(name);
+        owner.name.clone_from(&p.service_name);
     }
     owner
 }
