@@ -111,6 +111,34 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "RANGE")]
     pub to: String,
 
+    /// Recreate the Services as planned, through the cluster (needs write access:
+    /// Services, the two ServiceCIDRs, a ConfigMap journal and Events). Resumable: run
+    /// the same command again after an interruption.
+    #[arg(long, conflicts_with = "files")]
+    pub apply: bool,
+
+    /// With --apply: Services moved at once.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64), requires = "apply")]
+    pub max_in_flight: u16,
+
+    /// With --apply: wait between batches.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration, requires = "apply")]
+    pub pause: std::time::Duration,
+
+    /// With --apply: how long to wait for a moved Service's EndpointSlices before
+    /// going on (and reporting it).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration, requires = "apply")]
+    pub slice_timeout: std::time::Duration,
+
+    /// With --apply: the namespace of the journal ConfigMap that makes a run resumable.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        requires = "apply"
+    )]
+    pub journal_namespace: String,
+
     /// Where the objects come from, and how the plan prints (as for `explain`).
     #[command(flatten)]
     pub source: ExplainSource,

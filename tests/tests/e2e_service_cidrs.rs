@@ -18,9 +18,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{ServiceCIDR, ServiceCIDRSpec};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use svcplane_tests::binary::{SvcplaneProcess, free_port};
 use svcplane_tests::envtest;
@@ -39,13 +40,23 @@ async fn env(test: &str) -> Option<Env> {
 /// `svcplane run` with its webhook and the `servicecidr` controller, no range flag
 /// unless `extra` gives one; ready. Its HTTPS base URL.
 async fn start_run(env: &Env, name: &str, extra: &[&str]) -> (SvcplaneProcess, String) {
+    start_run_with(env, name, "servicecidr", extra).await
+}
+
+/// As [`start_run`], with these `--controllers`.
+async fn start_run_with(
+    env: &Env,
+    name: &str,
+    controllers: &str,
+    extra: &[&str],
+) -> (SvcplaneProcess, String) {
     let port = free_port();
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut args: Vec<String> = vec![
         "run".into(),
         format!("--kubeconfig={}", env.cluster.kubeconfig.display()),
         "--leader-elect=false".into(),
-        "--controllers=servicecidr".into(),
+        format!("--controllers={controllers}"),
         format!("--webhook-bind-address=127.0.0.1:{port}"),
         format!("--tls-cert-file={}", env.certs.cert_file.display()),
         format!("--tls-private-key-file={}", env.certs.key_file.display()),
@@ -550,4 +561,365 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
     envtest::delete_namespace(&env.client, &team).await;
     envtest::delete_namespace(&env.client, &other).await;
     let _ = cidrs.delete(name, &DeleteParams::default()).await;
+}
+
+/// A ServiceCIDR `name` over `cidr` serving namespaces labelled `mig=yes`; returns once
+/// it is Ready and the webhook of `run` uses it.
+async fn selecting_service_cidr(env: &Env, run: &SvcplaneProcess, name: &str, cidr: &str) {
+    let mut object = ServiceCIDR::default();
+    object.metadata.name = Some(name.into());
+    object.metadata.annotations = Some(
+        [(
+            "svcplane.io/namespace-selector".to_owned(),
+            "mig=yes".to_owned(),
+        )]
+        .into(),
+    );
+    object.spec = Some(ServiceCIDRSpec {
+        cidrs: Some(vec![cidr.into()]),
+    });
+    Api::<ServiceCIDR>::all(env.client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let series = format!("kube_apiserver_clusterip_allocator_available_ips{{cidr=\"{cidr}\"}}");
+    wait_for(
+        "the range in the webhook",
+        Duration::from_secs(30),
+        || async {
+            run.metric(&series).is_some()
+                && ready_of(&env.client, name)
+                    .await
+                    .is_some_and(|(_, s)| s == "True")
+        },
+    )
+    .await;
+}
+
+/// What must survive a move: everything but the ClusterIPs and the server's fields.
+fn kept(svc: &Service) -> serde_json::Value {
+    let mut annotations = svc.metadata.annotations.clone().unwrap_or_default();
+    annotations.remove("svcplane.io/migrated-from");
+    let mut spec = serde_json::to_value(svc.spec.clone().unwrap()).unwrap();
+    spec["clusterIP"] = json!(null);
+    spec["clusterIPs"] = json!(null);
+    json!({"labels": svc.metadata.labels, "annotations": annotations, "spec": spec})
+}
+
+fn is_headless(svc: &Service) -> bool {
+    svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
+}
+
+/// Issue 33: `svcplane migrate --apply` moves 200 Services (ClusterIP, NodePort and
+/// headless, which need no move) from one ServiceCIDR to another on kube-apiserver,
+/// with `svcplane run` writing the EndpointSlices. The first run is killed mid-way; the
+/// same command again finishes from its journal. No Service is lost or changed but its
+/// ClusterIPs, every moved one has its EndpointSlices again, and the old ServiceCIDR
+/// goes once empty.
+#[tokio::test]
+async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
+    let test = "e2e_service_cidrs::migrate_apply_moves_200_services_and_an_interrupted_run_resumes";
+    let Some(env) = env(test).await else {
+        return;
+    };
+    let (run, base) = start_run_with(&env, "cidr-migrate", "servicecidr,endpointslice", &[]).await;
+    selecting_service_cidr(&env, &run, "e2e-mig-old", "10.210.0.0/23").await;
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.generate_name = Some("cidrs-migrate-".into());
+    ns.metadata.labels = Some([("mig".to_owned(), "yes".to_owned())].into());
+    let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
+        .await
+        .unwrap();
+    svcplane_tests::objects::create_node(
+        &env.client,
+        &ns,
+        &svcplane_controller::core::fixtures::node("node-a", Some("zone-a")),
+    )
+    .await
+    .unwrap();
+    let pods: Vec<k8s_openapi::api::core::v1::Pod> = (0..20)
+        .map(|i| {
+            svcplane_controller::core::fixtures::pod(&format!("p{i}"), &format!("p{i}"))
+                .node("node-a")
+                .ip(&format!("10.1.0.{}", i + 1))
+                .ready()
+                .build()
+        })
+        .collect();
+    svcplane_tests::objects::create_pods(&env.client, &ns, &pods)
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &ns);
+    let make = |i: usize| -> Service {
+        let mut spec = json!({"selector": {"app": format!("p{}", i % 20)},
+                              "ports": [{"port": 80, "targetPort": 8080}]});
+        if i % 20 == 19 {
+            spec["clusterIP"] = json!("None");
+        } else if i.is_multiple_of(5) {
+            spec["type"] = json!("NodePort");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("s{i:03}"), "labels": {"batch": "mig"},
+                         "annotations": {"owner": format!("team-{}", i % 3)}},
+            "spec": spec,
+        }))
+        .unwrap()
+    };
+    // The first create waits for the API server to call the just-registered webhook.
+    let start = Instant::now();
+    loop {
+        let s = create(&env.client, &ns, &make(0)).await.unwrap();
+        if in_cidr(ip_of(&s), [10, 210, 0, 0], 23) {
+            break;
+        }
+        services
+            .delete("s000", &DeleteParams::default())
+            .await
+            .unwrap();
+        assert!(start.elapsed() < Duration::from_secs(30), "{:?}", ip_of(&s));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 1..200 {
+        let s = create(&env.client, &ns, &make(i)).await.unwrap();
+        assert!(is_headless(&s) || in_cidr(ip_of(&s), [10, 210, 0, 0], 23));
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), &ns);
+    wait_for(
+        "200 Services' EndpointSlices",
+        Duration::from_secs(60),
+        || async {
+            slices
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                >= 200
+        },
+    )
+    .await;
+    selecting_service_cidr(&env, &run, "e2e-mig-new", "10.212.0.0/23").await;
+    let before: std::collections::BTreeMap<String, Service> = services
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| (s.metadata.name.clone().unwrap(), s))
+        .collect();
+    assert_eq!(before.len(), 200);
+
+    let migrate = |extra: &[&str]| {
+        let mut c = std::process::Command::new(&env.bin);
+        c.args([
+            "migrate",
+            "--from",
+            "e2e-mig-old",
+            "--to",
+            "e2e-mig-new",
+            "--apply",
+            "--max-in-flight=4",
+        ])
+        .args(extra)
+        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
+        .env_remove("RUST_LOG");
+        c
+    };
+    // The first run, killed once a third of the Services moved.
+    let mut first = migrate(&[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let moved = || async {
+        services
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 212, 0, 0], 23))
+            .count()
+    };
+    let started = Instant::now();
+    while moved().await < 60 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the first run stalled"
+        );
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first run ended early"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().unwrap();
+    let _ = first.wait();
+    let at_kill = moved().await;
+    // As if a run had died between a delete and its create: one Service not moved yet
+    // exists only in the journal.
+    let victim = services
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 210, 0, 0], 23))
+        .unwrap();
+    let victim_name = victim.metadata.name.clone().unwrap();
+    {
+        use svcplane_controller::migrate::recreate::{
+            JournalEntry, journal_key, journal_name, recreated,
+        };
+        let entry = JournalEntry {
+            old_uid: victim.metadata.uid.clone().unwrap(),
+            service: recreated(&victim, &["10.212.1.250".to_owned()]),
+        };
+        let journal = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+            env.client.clone(),
+            "kube-system",
+        );
+        let body = json!({"data": {
+            journal_key(&ns, &victim_name): serde_json::to_string(&entry).unwrap()
+        }});
+        journal
+            .patch(
+                &journal_name("e2e-mig-old", "e2e-mig-new"),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&body),
+            )
+            .await
+            .unwrap();
+        services
+            .delete(&victim_name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    // The same command again finishes the job.
+    let out = migrate(&["-o", "json"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total = started.elapsed();
+    let moved_again = report["moved"].as_array().unwrap();
+    assert!(
+        at_kill + moved_again.len() >= 190,
+        "{at_kill} + {}",
+        moved_again.len()
+    );
+    let resumed: Vec<&serde_json::Value> = moved_again
+        .iter()
+        .filter(|m| m["resumed"] == json!(true))
+        .collect();
+    assert!(
+        resumed
+            .iter()
+            .any(|m| m["service"] == json!(format!("{ns}/{victim_name}"))
+                && m["newClusterIps"] == json!(["10.212.1.250"])),
+        "the journalled Service was created from the journal: {resumed:?}"
+    );
+    let mut gaps: Vec<u64> = moved_again
+        .iter()
+        .map(|m| m["gapMs"].as_u64().unwrap())
+        .collect();
+    let mut back: Vec<u64> = moved_again
+        .iter()
+        .filter_map(|m| m["slicesMs"].as_u64())
+        .collect();
+    gaps.sort_unstable();
+    back.sort_unstable();
+    assert!(report["slowSlices"].is_null(), "{report}");
+
+    let after: std::collections::BTreeMap<String, Service> = services
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| (s.metadata.name.clone().unwrap(), s))
+        .collect();
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "no Service lost"
+    );
+    for (name, old) in &before {
+        let new = &after[name];
+        assert_eq!(kept(new), kept(old), "{name} changed beyond its ClusterIPs");
+        if is_headless(old) {
+            assert_eq!(
+                new.metadata.uid, old.metadata.uid,
+                "{name}: headless, not moved"
+            );
+        } else {
+            assert!(
+                in_cidr(ip_of(new), [10, 212, 0, 0], 23),
+                "{name}: {:?}",
+                ip_of(new)
+            );
+            assert_eq!(
+                new.metadata.annotations.as_ref().unwrap()["svcplane.io/migrated-from"],
+                ip_of(old).to_string()
+            );
+        }
+    }
+    // Every moved Service has EndpointSlices of its new object.
+    wait_for(
+        "every moved Service's EndpointSlices",
+        Duration::from_secs(30),
+        || async {
+            let owners: std::collections::HashSet<String> = slices
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .flat_map(|s| s.metadata.owner_references.clone().unwrap_or_default())
+                .map(|o| o.uid)
+                .collect();
+            after
+                .values()
+                .all(|s| owners.contains(s.metadata.uid.as_deref().unwrap()))
+        },
+    )
+    .await;
+    // The old range goes once empty; the journal is gone.
+    wait_for(
+        "the old ServiceCIDR to go",
+        Duration::from_secs(30),
+        || async { ready_of(&env.client, "e2e-mig-old").await.is_none() },
+    )
+    .await;
+    let journal =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), "kube-system")
+            .get_opt("svcplane-migrate-e2e-mig-old-to-e2e-mig-new")
+            .await
+            .unwrap();
+    assert!(journal.is_none(), "the journal is removed at the end");
+    let pct = |v: &[u64], p: usize| v.get(v.len() * p / 100).copied().unwrap_or(0);
+    eprintln!(
+        "e2e_service_cidrs migrate: 190 Services moved (4 at a time) in {total:?}, {at_kill} before the kill, \
+         {} finished from the journal; \
+         without a Service between delete and create: median {} ms, p99 {} ms, max {} ms; \
+         EndpointSlices back after the delete: median {} ms, p99 {} ms, max {} ms",
+        resumed.len(),
+        pct(&gaps, 50),
+        pct(&gaps, 99),
+        gaps.last().unwrap_or(&0),
+        pct(&back, 50),
+        pct(&back, 99),
+        back.last().unwrap_or(&0),
+    );
+    envtest::delete_namespace(&env.client, &ns).await;
+    let _ = Api::<ServiceCIDR>::all(env.client.clone())
+        .delete("e2e-mig-new", &DeleteParams::default())
+        .await;
 }

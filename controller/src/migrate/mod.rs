@@ -4,13 +4,17 @@
 //! in it. This command plans that move, offline on a dump (as `plan` reads one) or
 //! live (read-only): every Service with an address in the old range, the addresses
 //! it gets in the target, the nodePorts it keeps, and the Services left to the
-//! operator with why and how ([`plan`]). Recreating them (`--apply`) is not built
-//! yet.
+//! operator with why and how ([`plan`]). With `--apply` it recreates them through the
+//! cluster, resumably ([`apply`]).
 //!
 //! - `plan`: the pure plan over a snapshot;
-//! - `text`: its rendering for people (JSON and YAML serialise it).
+//! - `recreate`: the object a moved Service becomes, and the journal's rules (pure);
+//! - `apply`: the move through the API server;
+//! - `text`: plan and report for people (JSON and YAML serialise them).
 
+pub mod apply;
 pub mod plan;
+pub mod recreate;
 pub mod text;
 
 use std::io::{Read, Write};
@@ -33,6 +37,9 @@ pub enum MigrateError {
     Encode(String),
     #[error("cannot write output: {0}")]
     Write(#[source] std::io::Error),
+    /// `--apply` could not start or stopped.
+    #[error("{0}")]
+    Apply(String),
 }
 
 impl MigrateError {
@@ -71,6 +78,9 @@ pub fn run(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> Result<(), MigrateError> {
+    if args.apply {
+        return run_apply(args, stdout, stderr);
+    }
     let (world, warnings) = read_world(args, stdin)?;
     for w in &warnings {
         let _ = writeln!(
@@ -90,6 +100,49 @@ pub fn run(
             .map_err(|e| MigrateError::Encode(e.to_string()))?,
         ExplainFormat::Yaml => {
             serde_saphyr::to_string(&p).map_err(|e| MigrateError::Encode(e.to_string()))?
+        }
+    };
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(MigrateError::Write)
+}
+
+/// `--apply`: moves the Services, printing progress on `stderr` and the report on
+/// `stdout`.
+fn run_apply(
+    args: &MigrateArgs,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<(), MigrateError> {
+    let options = apply::ApplyOptions {
+        max_in_flight: usize::from(args.max_in_flight),
+        pause: args.pause,
+        slice_timeout: args.slice_timeout,
+        journal_namespace: args.journal_namespace.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MigrateError::Read(crate::explain::ExplainError::Runtime(e)))?;
+    let report = runtime.block_on(async {
+        let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
+            .await
+            .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
+        // Progress as it happens: an operator watches a long move.
+        let mut progress = |line: String| {
+            let _ = writeln!(stderr, "{line}");
+            let _ = stderr.flush();
+        };
+        apply::apply(client, &args.from, &args.to, &options, &mut progress).await
+    })?;
+    let text = match args.source.output {
+        ExplainFormat::Text => text::render_applied(&report),
+        ExplainFormat::Json => serde_json::to_string_pretty(&report)
+            .map(|s| s + "\n")
+            .map_err(|e| MigrateError::Encode(e.to_string()))?,
+        ExplainFormat::Yaml => {
+            serde_saphyr::to_string(&report).map_err(|e| MigrateError::Encode(e.to_string()))?
         }
     };
     stdout

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::apply::ApplyReport;
 use super::plan::{MigrationPlan, Side};
 
 fn side(s: &Side) -> String {
@@ -57,8 +58,102 @@ pub fn render(p: &MigrationPlan) -> String {
     out.push_str(
         "Each recreated Service is unreachable at its ClusterIP from its delete until kube-proxy \
          has programmed the new address, and its clients that cached the old address (DNS TTL) \
-         until they resolve its name again. `svcplane migrate` only plans: recreating (--apply) \
-         is not built yet.\n",
+         until they resolve its name again. `--apply` recreates them (see \
+         docs/reference/migrate.md).\n",
     );
     out
+}
+
+/// What `--apply` did; ends with a newline.
+pub fn render_applied(r: &ApplyReport) -> String {
+    let mut out = String::new();
+    let resumed = r.moved.iter().filter(|m| m.resumed).count();
+    let _ = writeln!(
+        out,
+        "Moved {} Service(s) from ServiceCIDR {} to {}{}",
+        r.moved.len(),
+        r.from,
+        r.to,
+        if resumed > 0 {
+            format!(" ({resumed} finished from an interrupted run)")
+        } else {
+            String::new()
+        }
+    );
+    let mut gaps: Vec<u64> = r.moved.iter().map(|m| m.gap_ms).collect();
+    gaps.sort_unstable();
+    if let (Some(median), Some(max)) = (gaps.get(gaps.len() / 2), gaps.last()) {
+        let _ = writeln!(
+            out,
+            "  without a Service between delete and create: median {median} ms, max {max} ms"
+        );
+    }
+    let mut slices: Vec<u64> = r.moved.iter().filter_map(|m| m.slices_ms).collect();
+    slices.sort_unstable();
+    if let (Some(median), Some(max)) = (slices.get(slices.len() / 2), slices.last()) {
+        let _ = writeln!(
+            out,
+            "  EndpointSlices back after the delete: median {median} ms, max {max} ms"
+        );
+    }
+    if !r.slow_slices.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no EndpointSlice within --slice-timeout for: {} (is an EndpointSlice controller running?)",
+            r.slow_slices.join(", ")
+        );
+    }
+    if !r.manual.is_empty() {
+        out.push_str("Left to you:\n");
+        for m in &r.manual {
+            let _ = writeln!(
+                out,
+                "  {} ({}): {}",
+                m.service,
+                m.cluster_ips.join(","),
+                m.reason
+            );
+        }
+    }
+    let _ = writeln!(out, "{}", r.old_range);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::apply::{ApplyReport, Moved};
+    use super::*;
+
+    #[test]
+    fn the_report_gives_the_count_the_gaps_and_what_is_left() {
+        let moved = |name: &str, gap, slices, resumed| Moved {
+            service: name.to_owned(),
+            cluster_ips: vec!["10.210.0.40".into()],
+            new_cluster_ips: vec!["10.212.0.40".into()],
+            gap_ms: gap,
+            slices_ms: slices,
+            slices_missing: slices.is_none(),
+            resumed,
+        };
+        let r = ApplyReport {
+            from: "old".into(),
+            to: "new".into(),
+            moved: vec![
+                moved("a/x", 80, Some(200), true),
+                moved("a/y", 100, Some(300), false),
+                moved("a/z", 120, None, false),
+            ],
+            manual: Vec::new(),
+            slow_slices: vec!["a/z".into()],
+            old_range: "ServiceCIDR old is gone".into(),
+        };
+        assert_eq!(
+            render_applied(&r),
+            "Moved 3 Service(s) from ServiceCIDR old to new (1 finished from an interrupted run)\n\
+             \x20 without a Service between delete and create: median 100 ms, max 120 ms\n\
+             \x20 EndpointSlices back after the delete: median 300 ms, max 300 ms\n\
+             \x20 no EndpointSlice within --slice-timeout for: a/z (is an EndpointSlice controller running?)\n\
+             ServiceCIDR old is gone\n"
+        );
+    }
 }
