@@ -21,7 +21,9 @@
 //!    RBAC gone): nothing writes Endpoints, kube-proxy and CoreDNS (a headless
 //!    Service) work from slices, and the Endpoints come back with their controller;
 //! 6. the emergency switch and its restore: the re-created configurations carry the
-//!    CA at once (no x509 window);
+//!    CA at once (no x509 window); then `svcplane migrate --apply` moves a Service
+//!    from one ServiceCIDR to another while a second client calls it by name, and
+//!    the time that client fails is printed beside the command's own gap;
 //! 7. `helm uninstall`: no webhook configuration left, `web` keeps its endpoints; a
 //!    re-install leads within seconds, not a lease duration; KCM back in the
 //!    README's rollback order;
@@ -993,6 +995,22 @@ async fn the_operators_path_on_a_real_kubelet() {
             - fail_open_before;
     assert_eq!(fail_open_restore, 0.0, "the restored webhook failed open");
 
+    steps.enter("6b. leaving a Service range");
+    // 6b. `svcplane migrate --apply` moves a Service to another ServiceCIDR while a
+    // client calls it by name: what its clients see, beside what the command measured.
+    let (api_gap_ms, client_outage) = leave_a_service_range(&c).await;
+    // The client resolves the name again once CoreDNS's answer expires (its `ttl 5`)
+    // and kube-proxy programs the new address: seconds, not the command's gap.
+    assert!(
+        client_outage < Duration::from_secs(15),
+        "the client failed for {client_outage:?}"
+    );
+    println!(
+        "migrate --apply: the Service existed nowhere for {api_gap_ms} ms; its client, \
+         calling it by name every 50 ms, failed for {:.1}s (CoreDNS and kube-proxy catching up)",
+        client_outage.as_secs_f64()
+    );
+
     steps.enter("7. uninstall, re-install, KCM back");
     // 7. Uninstall (KCM still off): nothing of the webhook left, endpoints kept.
     let started = Instant::now();
@@ -1112,4 +1130,168 @@ async fn the_operators_path_on_a_real_kubelet() {
         calls.len()
     );
     println!("teardown {:.1}s", c.stop().as_secs_f64());
+}
+
+/// The ServiceCIDRs of step 6b: outside the node's 10.96.0.0/16 and its 10.250 node
+/// network.
+const MIG_OLD: &str = "10.98.0.0/24";
+const MIG_NEW: &str = "10.99.0.0/24";
+
+/// Step 6b: a Service `moving` in ServiceCIDR `mig-old` (over `web`'s Pods) and a
+/// client calling it by name every 50 ms (`/proc/uptime` stamps, centiseconds); then
+/// `svcplane migrate --from mig-old --to mig-new --apply` with the shipped binary.
+/// Returns the command's gap (delete to create) and the longest run of the client's
+/// failures; the client answers again afterwards, from the new address.
+async fn leave_a_service_range(c: &NodeCluster) -> (u64, Duration) {
+    let Some(bin) = svcplane_tests::binary::svcplane_bin() else {
+        panic!("the svcplane binary is not built (cargo build -p svcplane-controller --bins)");
+    };
+    apply(
+        c,
+        &format!(
+            r#"apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {{name: mig-old}}
+spec: {{cidrs: ["{MIG_OLD}"]}}
+---
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {{name: mig-new}}
+spec: {{cidrs: ["{MIG_NEW}"]}}
+"#
+        ),
+    );
+    // Both Ready (the controller manager's ServiceCIDR controller), and the webhook
+    // follows them.
+    for name in ["mig-old", "mig-new"] {
+        kubectl(
+            c,
+            &[
+                "wait",
+                &format!("servicecidr/{name}"),
+                "--for=condition=Ready",
+                "--timeout=60s",
+            ],
+        );
+    }
+    let moving = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: moving, namespace: {APP_NS}}}
+spec:
+  clusterIP: 10.98.0.100
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: http}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: mover-client, namespace: {APP_NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: client
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "while true; do t=$(cut -d' ' -f1 /proc/uptime); if timeout 2 wget -q -O /dev/null http://moving.{APP_NS}.svc.cluster.local/ 2>/dev/null; then echo \"ok $t\"; else echo \"FAIL $t\"; fi; sleep 0.05; done"]
+"#
+    );
+    // The webhook may need a moment to see the new ranges: a refused create is retried.
+    let (_, _) = until(
+        Duration::from_secs(30),
+        "moving created in mig-old",
+        || async {
+            let path = std::env::temp_dir()
+                .join(format!("e2e-operator-moving-{}.yaml", std::process::id()));
+            std::fs::write(&path, &moving).unwrap();
+            let out = c.kubectl(&["apply", "-f", &path.display().to_string()]);
+            out.status.success().then_some(())
+        },
+    )
+    .await;
+    kubectl(
+        c,
+        &[
+            "-n",
+            APP_NS,
+            "wait",
+            "pod/mover-client",
+            "--for=condition=Ready",
+            "--timeout=120s",
+        ],
+    );
+    let log = |c: &NodeCluster| -> Vec<(String, f64)> {
+        kubectl(c, &["-n", APP_NS, "logs", "mover-client"])
+            .lines()
+            .filter_map(|l| {
+                let (verdict, t) = l.split_once(' ')?;
+                Some((verdict.to_owned(), t.trim().parse().ok()?))
+            })
+            .collect()
+    };
+    until(
+        Duration::from_secs(60),
+        "the mover client's first answer",
+        || async {
+            log(c)
+                .iter()
+                .rev()
+                .take(5)
+                .all(|(v, _)| v == "ok")
+                .then_some(())
+        },
+    )
+    .await;
+    let out = std::process::Command::new(&bin)
+        .args([
+            "migrate", "--from", "mig-old", "--to", "mig-new", "--apply", "-o", "json",
+        ])
+        .arg(format!("--kubeconfig={}", c.kubeconfig().display()))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "migrate --apply: {}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let moved = &report["moved"][0];
+    assert_eq!(moved["service"], format!("{APP_NS}/moving"), "{report}");
+    let new_ip = moved["newClusterIps"][0].as_str().unwrap().to_owned();
+    assert!(new_ip.starts_with("10.99.0."), "{report}");
+    let gap = moved["gapMs"].as_u64().unwrap();
+    // The client answers again (from the new address).
+    until(
+        Duration::from_secs(60),
+        "the mover client answering again",
+        || async {
+            let l = log(c);
+            let last_fail = l.iter().rposition(|(v, _)| v == "FAIL");
+            (last_fail.is_some_and(|i| l.len() - i > 20)).then_some(())
+        },
+    )
+    .await;
+    let l = log(c);
+    let mut longest = 0.0_f64;
+    let mut last_ok: Option<f64> = None;
+    let mut failing_since: Option<f64> = None;
+    for (v, t) in &l {
+        if v == "ok" {
+            if let Some(since) = failing_since.take() {
+                longest = longest.max(t - last_ok.unwrap_or(since));
+            }
+            last_ok = Some(*t);
+        } else if failing_since.is_none() {
+            failing_since = Some(*t);
+        }
+    }
+    kubectl(
+        c,
+        &[
+            "-n",
+            APP_NS,
+            "delete",
+            "pod/mover-client",
+            "service/moving",
+            "--wait=false",
+        ],
+    );
+    kubectl(c, &["delete", "servicecidr", "mig-new", "--wait=false"]);
+    (gap, Duration::from_secs_f64(longest))
 }

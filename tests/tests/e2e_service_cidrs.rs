@@ -463,7 +463,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         .into(),
     );
     cidr.spec = Some(ServiceCIDRSpec {
-        cidrs: Some(vec!["10.201.0.0/24".into()]),
+        cidrs: Some(vec!["10.205.0.0/24".into()]),
     });
     let cidrs = Api::<ServiceCIDR>::all(env.client.clone());
     cidrs.create(&PostParams::default(), &cidr).await.unwrap();
@@ -471,7 +471,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         "the range in the webhook",
         Duration::from_secs(30),
         || async {
-            run.metric("kube_apiserver_clusterip_allocator_available_ips{cidr=\"10.201.0.0/24\"}")
+            run.metric("kube_apiserver_clusterip_allocator_available_ips{cidr=\"10.205.0.0/24\"}")
                 .is_some()
                 && ready_of(&env.client, name)
                     .await
@@ -504,7 +504,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         let s = create(&env.client, &team, &service("first", None))
             .await
             .unwrap();
-        if in_cidr(ip_of(&s), [10, 201, 0, 0], 24) {
+        if in_cidr(ip_of(&s), [10, 205, 0, 0], 24) {
             break s;
         }
         Api::<Service>::namespaced(env.client.clone(), &team)
@@ -522,7 +522,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         let s = create(&env.client, &team, &service(&format!("t{i}"), None))
             .await
             .unwrap();
-        assert!(in_cidr(ip_of(&s), [10, 201, 0, 0], 24), "{:?}", ip_of(&s));
+        assert!(in_cidr(ip_of(&s), [10, 205, 0, 0], 24), "{:?}", ip_of(&s));
         let s = create(&env.client, &other, &service(&format!("o{i}"), None))
             .await
             .unwrap();
@@ -539,11 +539,11 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
     assert!(
         text.contains(&format!(
             "not in a ServiceCIDR serving namespace \"{team}\""
-        )) && text.contains("10.201.0.0/24 (ServiceCIDR e2e-team-a)")
+        )) && text.contains("10.205.0.0/24 (ServiceCIDR e2e-team-a)")
             && text.contains("svcplane.io/namespace-selector"),
         "{text}"
     );
-    let e = create(&env.client, &other, &service("across", Some("10.201.0.77")))
+    let e = create(&env.client, &other, &service("across", Some("10.205.0.77")))
         .await
         .unwrap_err();
     assert!(matches!(&e, kube::Error::Api(s) if s.code == 422), "{e}");
@@ -555,7 +555,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("10.201.0.0/24 (IPv4, ServiceCIDR e2e-team-a): 6 of 254 used\n    serves only namespaces matching \"team=a\" (e2e-team-a)"),
+        text.contains("10.205.0.0/24 (IPv4, ServiceCIDR e2e-team-a): 6 of 254 used\n    serves only namespaces matching \"team=a\" (e2e-team-a)"),
         "{text}"
     );
     envtest::delete_namespace(&env.client, &team).await;
