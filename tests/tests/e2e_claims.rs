@@ -777,19 +777,22 @@ async fn two_webhook_replicas_share_churn_without_duplicates_or_leaks() {
     envtest::delete_namespace(&env.client, &ns_b).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_svcplane_run_a_follower_allows_reuse_and_the_leader_repairs() {
-    let Some(env) = env("e2e_claims_run").await else {
-        return;
-    };
-    let ranges = Ranges {
-        third: 213,
-        first_port: 30500,
-    };
-    let lease_ns = envtest::create_namespace(&env.client, "svcplane-claims-lease-")
+/// Two `svcplane run` replicas, leader-elected with short Lease timings, their
+/// webhooks on `ranges`; once one leads.
+struct RunPair {
+    leading: SvcplaneProcess,
+    following: SvcplaneProcess,
+    /// The follower's webhook URL.
+    follower_url: String,
+    /// The namespace of their Lease.
+    lease_ns: String,
+}
+
+async fn run_pair(env: &Env, prefix: &str, ranges: Ranges, extra: &[&str]) -> RunPair {
+    let lease_ns = envtest::create_namespace(&env.client, &format!("svcplane-{prefix}-lease-"))
         .await
         .unwrap();
-    let spawn = |name: &str| {
+    let spawn = |name: String| {
         let port = free_port();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut args = vec![
@@ -801,14 +804,15 @@ async fn under_svcplane_run_a_follower_allows_reuse_and_the_leader_repairs() {
             // The controllers are not under test here.
             "--controllers=allocator-repair".into(),
         ];
-        args.extend(webhook_flags(&env, ranges, port, admin));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args.extend(webhook_flags(env, ranges, port, admin));
         (
-            SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin)),
+            SvcplaneProcess::spawn(&env.bin, &name, &args, Some(admin)),
             format!("https://127.0.0.1:{port}"),
         )
     };
-    let (mut a, url_a) = spawn("claims-run-a");
-    let (mut b, url_b) = spawn("claims-run-b");
+    let (mut a, url_a) = spawn(format!("{prefix}-a"));
+    let (mut b, url_b) = spawn(format!("{prefix}-b"));
     a.wait_ready(Duration::from_secs(60)).await;
     b.wait_ready(Duration::from_secs(60)).await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -820,10 +824,34 @@ async fn under_svcplane_run_a_follower_allows_reuse_and_the_leader_repairs() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let (leading, following, follower_url) = if leader == a.name {
-        (&a, &b, url_b)
+        (a, b, url_b)
     } else {
-        (&b, &a, url_a)
+        (b, a, url_a)
     };
+    RunPair {
+        leading,
+        following,
+        follower_url,
+        lease_ns,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_svcplane_run_a_follower_allows_reuse_and_the_leader_repairs() {
+    let Some(env) = env("e2e_claims_run").await else {
+        return;
+    };
+    let ranges = Ranges {
+        third: 213,
+        first_port: 30500,
+    };
+    let RunPair {
+        leading,
+        following,
+        follower_url,
+        lease_ns,
+    } = run_pair(&env, "claims-run", ranges, &[]).await;
+    let (leading, following) = (&leading, &following);
     // Only the follower answers this namespace's reviews.
     let ns = webhook_namespace(&env, "svcplane-claims-run-", &follower_url).await;
     warm_up(&env.client, &ns, ranges).await;
@@ -907,44 +935,12 @@ async fn under_svcplane_run_a_retention_survives_a_leader_change() {
         third: 218,
         first_port: 30800,
     };
-    let lease_ns = envtest::create_namespace(&env.client, "svcplane-retain-lease-")
-        .await
-        .unwrap();
-    let spawn = |name: &str| {
-        let port = free_port();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut args = vec![
-            "run".to_owned(),
-            format!("--leader-elect-resource-namespace={lease_ns}"),
-            "--leader-elect-lease-duration=4s".into(),
-            "--leader-elect-renew-deadline=3s".into(),
-            "--leader-elect-retry-period=1s".into(),
-            "--controllers=allocator-repair".into(),
-            "--retain-released-values=1h".into(),
-        ];
-        args.extend(webhook_flags(&env, ranges, port, admin));
-        (
-            SvcplaneProcess::spawn(&env.bin, name, &args, Some(admin)),
-            format!("https://127.0.0.1:{port}"),
-        )
-    };
-    let (mut a, url_a) = spawn("retain-run-a");
-    let (mut b, url_b) = spawn("retain-run-b");
-    a.wait_ready(Duration::from_secs(60)).await;
-    b.wait_ready(Duration::from_secs(60)).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        if let Some(h) = lease_holder(&env.client, &lease_ns).await {
-            break h;
-        }
-        assert!(Instant::now() < deadline, "no leader elected");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let (leading, following, follower_url) = if leader == a.name {
-        (a, b, url_b)
-    } else {
-        (b, a, url_a)
-    };
+    let RunPair {
+        leading,
+        following,
+        follower_url,
+        lease_ns,
+    } = run_pair(&env, "retain-run", ranges, &["--retain-released-values=1h"]).await;
     let ns = webhook_namespace(&env, "svcplane-retain-run-", &follower_url).await;
     let services: Api<Service> = Api::namespaced(env.client.clone(), &ns);
     let web = create_through_webhook(&services, &node_port_service("web"), ranges).await;

@@ -453,42 +453,9 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
     };
     let (run, base) = start_run(&env, "cidr-ns", &[]).await;
     let name = "e2e-team-a";
-    let mut cidr = ServiceCIDR::default();
-    cidr.metadata.name = Some(name.into());
-    cidr.metadata.annotations = Some(
-        [(
-            "svcplane.io/namespace-selector".to_owned(),
-            "team=a".to_owned(),
-        )]
-        .into(),
-    );
-    cidr.spec = Some(ServiceCIDRSpec {
-        cidrs: Some(vec!["10.205.0.0/24".into()]),
-    });
+    selecting_service_cidr(&env, &run, name, "10.205.0.0/24", "team=a").await;
     let cidrs = Api::<ServiceCIDR>::all(env.client.clone());
-    cidrs.create(&PostParams::default(), &cidr).await.unwrap();
-    wait_for(
-        "the range in the webhook",
-        Duration::from_secs(30),
-        || async {
-            run.metric("kube_apiserver_clusterip_allocator_available_ips{cidr=\"10.205.0.0/24\"}")
-                .is_some()
-                && ready_of(&env.client, name)
-                    .await
-                    .is_some_and(|(_, s)| s == "True")
-        },
-    )
-    .await;
-    let mut team = k8s_openapi::api::core::v1::Namespace::default();
-    team.metadata.generate_name = Some("cidrs-team-a-".into());
-    team.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
-    let team = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .create(&PostParams::default(), &team)
-        .await
-        .unwrap()
-        .metadata
-        .name
-        .unwrap();
+    let team = labelled_namespace(&env, "cidrs-team-a-", ("team", "a")).await;
     let other = envtest::create_namespace(&env.client, "cidrs-other-")
         .await
         .unwrap();
@@ -563,15 +530,35 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
     let _ = cidrs.delete(name, &DeleteParams::default()).await;
 }
 
-/// A ServiceCIDR `name` over `cidr` serving namespaces labelled `mig=yes`; returns once
-/// it is Ready and the webhook of `run` uses it.
-async fn selecting_service_cidr(env: &Env, run: &SvcplaneProcess, name: &str, cidr: &str) {
+/// A namespace named from `prefix`, created with the label `key=value`; its name.
+async fn labelled_namespace(env: &Env, prefix: &str, (key, value): (&str, &str)) -> String {
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.generate_name = Some(prefix.into());
+    ns.metadata.labels = Some([(key.to_owned(), value.to_owned())].into());
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap()
+}
+
+/// A ServiceCIDR `name` over `cidr` serving the namespaces `selector` picks; returns
+/// once it is Ready and the webhook of `run` uses it.
+async fn selecting_service_cidr(
+    env: &Env,
+    run: &SvcplaneProcess,
+    name: &str,
+    cidr: &str,
+    selector: &str,
+) {
     let mut object = ServiceCIDR::default();
     object.metadata.name = Some(name.into());
     object.metadata.annotations = Some(
         [(
             "svcplane.io/namespace-selector".to_owned(),
-            "mig=yes".to_owned(),
+            selector.to_owned(),
         )]
         .into(),
     );
@@ -623,17 +610,8 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         return;
     };
     let (run, base) = start_run_with(&env, "cidr-migrate", "servicecidr,endpointslice", &[]).await;
-    selecting_service_cidr(&env, &run, "e2e-mig-old", "10.210.0.0/23").await;
-    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
-    ns.metadata.generate_name = Some("cidrs-migrate-".into());
-    ns.metadata.labels = Some([("mig".to_owned(), "yes".to_owned())].into());
-    let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap()
-        .metadata
-        .name
-        .unwrap();
+    selecting_service_cidr(&env, &run, "e2e-mig-old", "10.210.0.0/23", "mig=yes").await;
+    let ns = labelled_namespace(&env, "cidrs-migrate-", ("mig", "yes")).await;
     register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
         .await
         .unwrap();
@@ -706,15 +684,18 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         },
     )
     .await;
-    selecting_service_cidr(&env, &run, "e2e-mig-new", "10.212.0.0/23").await;
-    let before: std::collections::BTreeMap<String, Service> = services
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|s| (s.metadata.name.clone().unwrap(), s))
-        .collect();
+    selecting_service_cidr(&env, &run, "e2e-mig-new", "10.212.0.0/23", "mig=yes").await;
+    let by_name = || async {
+        services
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|s| (s.metadata.name.clone().unwrap(), s))
+            .collect::<std::collections::BTreeMap<String, Service>>()
+    };
+    let before = by_name().await;
     assert_eq!(before.len(), 200);
 
     let migrate = |extra: &[&str]| {
@@ -838,14 +819,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     back.sort_unstable();
     assert!(report["slowSlices"].is_null(), "{report}");
 
-    let after: std::collections::BTreeMap<String, Service> = services
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|s| (s.metadata.name.clone().unwrap(), s))
-        .collect();
+    let after = by_name().await;
     assert_eq!(
         after.keys().collect::<Vec<_>>(),
         before.keys().collect::<Vec<_>>(),

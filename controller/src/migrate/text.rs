@@ -3,12 +3,29 @@
 use std::fmt::Write as _;
 
 use super::apply::ApplyReport;
-use super::plan::{MigrationPlan, Side};
+use super::plan::{Manual, MigrationPlan, Side};
 
 fn side(s: &Side) -> String {
     match &s.service_cidr {
         Some(name) => format!("{} (ServiceCIDR {name})", s.cidrs.join(",")),
         None => s.cidrs.join(","),
+    }
+}
+
+/// The Services left to the operator, each with why and what to do.
+fn left_to_you(out: &mut String, manual: &[Manual]) {
+    if manual.is_empty() {
+        return;
+    }
+    out.push_str("Left to you:\n");
+    for m in manual {
+        let _ = writeln!(
+            out,
+            "  {} ({}): {}",
+            m.service,
+            m.cluster_ips.join(","),
+            m.reason
+        );
     }
 }
 
@@ -43,18 +60,7 @@ pub fn render(p: &MigrationPlan) -> String {
             );
         }
     }
-    if !p.manual.is_empty() {
-        out.push_str("Left to you:\n");
-        for m in &p.manual {
-            let _ = writeln!(
-                out,
-                "  {} ({}): {}",
-                m.service,
-                m.cluster_ips.join(","),
-                m.reason
-            );
-        }
-    }
+    left_to_you(&mut out, &p.manual);
     out.push_str(
         "Each recreated Service is unreachable at its ClusterIP from its delete until kube-proxy \
          has programmed the new address, and its clients that cached the old address (DNS TTL) \
@@ -80,21 +86,20 @@ pub fn render_applied(r: &ApplyReport) -> String {
             String::new()
         }
     );
-    let mut gaps: Vec<u64> = r.moved.iter().map(|m| m.gap_ms).collect();
-    gaps.sort_unstable();
-    if let (Some(median), Some(max)) = (gaps.get(gaps.len() / 2), gaps.last()) {
-        let _ = writeln!(
-            out,
-            "  without a Service between delete and create: median {median} ms, max {max} ms"
-        );
-    }
-    let mut slices: Vec<u64> = r.moved.iter().filter_map(|m| m.slices_ms).collect();
-    slices.sort_unstable();
-    if let (Some(median), Some(max)) = (slices.get(slices.len() / 2), slices.last()) {
-        let _ = writeln!(
-            out,
-            "  EndpointSlices back after the delete: median {median} ms, max {max} ms"
-        );
+    for (what, mut times) in [
+        (
+            "without a Service between delete and create",
+            r.moved.iter().map(|m| m.gap_ms).collect::<Vec<u64>>(),
+        ),
+        (
+            "EndpointSlices back after the delete",
+            r.moved.iter().filter_map(|m| m.slices_ms).collect(),
+        ),
+    ] {
+        times.sort_unstable();
+        if let (Some(median), Some(max)) = (times.get(times.len() / 2), times.last()) {
+            let _ = writeln!(out, "  {what}: median {median} ms, max {max} ms");
+        }
     }
     if !r.slow_slices.is_empty() {
         let _ = writeln!(
@@ -103,18 +108,7 @@ pub fn render_applied(r: &ApplyReport) -> String {
             r.slow_slices.join(", ")
         );
     }
-    if !r.manual.is_empty() {
-        out.push_str("Left to you:\n");
-        for m in &r.manual {
-            let _ = writeln!(
-                out,
-                "  {} ({}): {}",
-                m.service,
-                m.cluster_ips.join(","),
-                m.reason
-            );
-        }
-    }
+    left_to_you(&mut out, &r.manual);
     let _ = writeln!(out, "{}", r.old_range);
     out
 }

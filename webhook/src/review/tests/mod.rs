@@ -91,6 +91,16 @@ fn decoded(review: &Value) -> ServiceRequest {
     }
 }
 
+/// The nodePorts of a patched object's ports, in order (0 for a port without one).
+fn node_ports(out: &Value) -> Vec<i64> {
+    out["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
+        .collect()
+}
+
 fn create(object: Value) -> ServiceRequest {
     decoded(&review_json("CREATE", "uid-1", &object, None, false))
 }

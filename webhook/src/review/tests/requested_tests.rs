@@ -37,15 +37,6 @@ fn assert_automatic_ip(req: &ServiceRequest, d: &MutateDecision) {
     assert!(ip.starts_with("10.0.0."), "{ip}");
 }
 
-fn node_ports(out: &Value) -> Vec<i64> {
-    out["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
-        .collect()
-}
-
 #[test]
 fn requested_values_that_are_free_are_given() {
     let mut st = small();

@@ -75,15 +75,6 @@ fn web_deleted() -> AllocationState {
     st
 }
 
-fn node_ports(out: &Value) -> Vec<i64> {
-    out["spec"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
-        .collect()
-}
-
 #[test]
 fn a_service_created_again_under_the_name_gets_its_retained_values_back_on_the_same_ports() {
     let mut st = web_deleted();
