@@ -544,7 +544,8 @@ async fn labelled_namespace(env: &Env, prefix: &str, (key, value): (&str, &str))
         .unwrap()
 }
 
-/// A ServiceCIDR `name` over `cidr` serving the namespaces `selector` picks; returns
+/// A ServiceCIDR `name` over `cidr` (comma-separated for two families) serving the
+/// namespaces `selector` picks; returns
 /// once it is Ready and the webhook of `run` uses it.
 async fn selecting_service_cidr(
     env: &Env,
@@ -563,13 +564,14 @@ async fn selecting_service_cidr(
         .into(),
     );
     object.spec = Some(ServiceCIDRSpec {
-        cidrs: Some(vec![cidr.into()]),
+        cidrs: Some(cidr.split(',').map(str::to_owned).collect()),
     });
     Api::<ServiceCIDR>::all(env.client.clone())
         .create(&PostParams::default(), &object)
         .await
         .unwrap();
-    let series = format!("kube_apiserver_clusterip_allocator_available_ips{{cidr=\"{cidr}\"}}");
+    let first = cidr.split(',').next().unwrap_or(cidr);
+    let series = format!("kube_apiserver_clusterip_allocator_available_ips{{cidr=\"{first}\"}}");
     wait_for(
         "the range in the webhook",
         Duration::from_secs(30),
@@ -597,8 +599,8 @@ fn is_headless(svc: &Service) -> bool {
     svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
 }
 
-/// Issue 33: `svcplane migrate --apply` moves 200 Services (ClusterIP, NodePort and
-/// headless, which need no move) from one ServiceCIDR to another on kube-apiserver,
+/// Issue 33: `svcplane migrate --apply` moves 200 Services (ClusterIP, NodePort,
+/// dual-stack, and headless, which need no move) from one ServiceCIDR to another on kube-apiserver,
 /// with `svcplane run` writing the EndpointSlices. The first run is killed mid-way; the
 /// same command again finishes from its journal. No Service is lost or changed but its
 /// ClusterIPs, every moved one has its EndpointSlices again, and the old ServiceCIDR
@@ -610,7 +612,14 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         return;
     };
     let (run, base) = start_run_with(&env, "cidr-migrate", "servicecidr,endpointslice", &[]).await;
-    selecting_service_cidr(&env, &run, "e2e-mig-old", "10.210.0.0/23", "mig=yes").await;
+    selecting_service_cidr(
+        &env,
+        &run,
+        "e2e-mig-old",
+        "10.210.0.0/23,fd00:10:210::/112",
+        "mig=yes",
+    )
+    .await;
     let ns = labelled_namespace(&env, "cidrs-migrate-", ("mig", "yes")).await;
     register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
         .await
@@ -642,6 +651,9 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             spec["clusterIP"] = json!("None");
         } else if i.is_multiple_of(5) {
             spec["type"] = json!("NodePort");
+        }
+        if i % 10 == 3 {
+            spec["ipFamilyPolicy"] = json!("RequireDualStack");
         }
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Service",
@@ -684,7 +696,14 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         },
     )
     .await;
-    selecting_service_cidr(&env, &run, "e2e-mig-new", "10.212.0.0/23", "mig=yes").await;
+    selecting_service_cidr(
+        &env,
+        &run,
+        "e2e-mig-new",
+        "10.212.0.0/23,fd00:10:212::/112",
+        "mig=yes",
+    )
+    .await;
     let by_name = || async {
         services
             .list(&ListParams::default())
@@ -804,7 +823,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         resumed
             .iter()
             .any(|m| m["service"] == json!(format!("{ns}/{victim_name}"))
-                && m["newClusterIps"] == json!(["10.212.1.250"])),
+                && m["newClusterIps"][0] == json!("10.212.1.250")),
         "the journalled Service was created from the journal: {resumed:?}"
     );
     let mut gaps: Vec<u64> = moved_again
@@ -825,6 +844,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         before.keys().collect::<Vec<_>>(),
         "no Service lost"
     );
+    let mut dual = 0;
     for (name, old) in &before {
         let new = &after[name];
         assert_eq!(kept(new), kept(old), "{name} changed beyond its ClusterIPs");
@@ -839,12 +859,18 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
                 "{name}: {:?}",
                 ip_of(new)
             );
+            let ips = |s: &Service| s.spec.as_ref().unwrap().cluster_ips.clone().unwrap();
+            if let Some(v6) = ips(new).get(1) {
+                dual += 1;
+                assert!(v6.starts_with("fd00:10:212::"), "{name}: {v6}");
+            }
             assert_eq!(
                 new.metadata.annotations.as_ref().unwrap()["svcplane.io/migrated-from"],
-                ip_of(old).to_string()
+                ips(old).join(",")
             );
         }
     }
+    assert_eq!(dual, 20, "the dual-stack Services moved both addresses");
     // Every moved Service has EndpointSlices of its new object.
     wait_for(
         "every moved Service's EndpointSlices",

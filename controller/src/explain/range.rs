@@ -9,6 +9,7 @@
 //! values for a ClusterIP range, `min(max(16, size/32), 128)` ports for NodePorts).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use serde::Serialize;
@@ -86,6 +87,9 @@ pub struct Band {
     pub last: String,
     pub size: u64,
     pub used: u64,
+    /// Of the used values, those retained for deleted Services.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retained: u64,
     pub free: u64,
 }
 
@@ -123,20 +127,24 @@ pub fn explain_ranges(
                 .iter()
                 .find(|o| o.cidr == *r.cidr())
                 .filter(|_| from_cluster);
+            let retained_ips: Vec<IpAddr> = retained
+                .iter()
+                .filter_map(|v| match v {
+                    Claim::Ip(ip) if r.offset_of(*ip).is_some() => Some(*ip),
+                    _ => None,
+                })
+                .collect();
             let mut bands = cidr_bands(
                 r,
                 family,
                 object.map(|o| o.objects.clone()).unwrap_or_default(),
                 &services,
+                &retained_ips,
             );
             bands.serves = object
                 .map(|o| &o.scope)
                 .filter(|s| **s != RangeScope::Everyone)
                 .map(RangeScope::describe);
-            bands.retained = retained
-                .iter()
-                .filter(|v| matches!(v, Claim::Ip(ip) if r.offset_of(*ip).is_some()))
-                .count() as u64;
             cluster_ip_ranges.push(bands);
         }
     }
@@ -147,13 +155,17 @@ pub fn explain_ranges(
             "--service-cluster-ip-range".to_owned()
         },
         cluster_ip_ranges,
-        node_port_range: RangeBands {
-            retained: retained
+        node_port_range: port_bands(
+            &state,
+            &services,
+            &retained
                 .iter()
-                .filter(|v| matches!(v, Claim::NodePort(_)))
-                .count() as u64,
-            ..port_bands(&state, &services)
-        },
+                .filter_map(|v| match v {
+                    Claim::NodePort(p) => Some(*p),
+                    Claim::Ip(_) => None,
+                })
+                .collect::<Vec<i32>>(),
+        ),
         notes: api_notes(world),
     })
 }
@@ -163,8 +175,11 @@ fn cidr_bands(
     family: IpFamily,
     service_cidrs: Vec<String>,
     services: &[&Service],
+    retained: &[IpAddr],
 ) -> RangeBands {
     let (static_used, dynamic_used) = split_used(r.allocated(), |ip| r.in_upper_band(*ip));
+    let (static_retained, dynamic_retained) =
+        split_used(retained.iter().copied(), |ip| r.in_upper_band(*ip));
     let split = r.band_offset();
     let last = r.last_address().map_or_else(String::new, |a| a.to_string());
     let static_band = (split > 0).then(|| Band {
@@ -172,6 +187,7 @@ fn cidr_bands(
         last: r.ip_at(split - 1).to_string(),
         size: split,
         used: static_used,
+        retained: static_retained,
         free: split.saturating_sub(static_used),
     });
     let dynamic_size = r.size().saturating_sub(split);
@@ -180,6 +196,7 @@ fn cidr_bands(
         last,
         size: dynamic_size,
         used: dynamic_used,
+        retained: dynamic_retained,
         free: dynamic_size.saturating_sub(dynamic_used),
     };
     let counts = count_by_namespace(services, |svc| {
@@ -194,7 +211,7 @@ fn cidr_bands(
         service_cidrs,
         hands_out: r.is_ready(),
         serves: None,
-        retained: 0,
+        retained: retained.len() as u64,
         size: r.size(),
         used: r.used(),
         picks_before_static: if r.is_ready() { dynamic_band.free } else { 0 },
@@ -204,10 +221,12 @@ fn cidr_bands(
     }
 }
 
-fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
+fn port_bands(state: &AllocationState, services: &[&Service], retained: &[i32]) -> RangeBands {
     let p: &PortAllocator = state.allocators().node_ports();
     let range = p.range();
     let (static_used, dynamic_used) = split_used(p.allocated(), |port| p.in_upper_band(*port));
+    let (static_retained, dynamic_retained) =
+        split_used(retained.iter().copied(), |port| p.in_upper_band(*port));
     let size = u64::from(range.size());
     let split = p.band_offset();
     let at = |offset: u64| (u64::from(range.base()) + offset).to_string();
@@ -216,6 +235,7 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
         last: at(split - 1),
         size: split,
         used: static_used,
+        retained: static_retained,
         free: split.saturating_sub(static_used),
     });
     let dynamic_size = size.saturating_sub(split);
@@ -224,6 +244,7 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
         last: range.last().to_string(),
         size: dynamic_size,
         used: dynamic_used,
+        retained: dynamic_retained,
         free: dynamic_size.saturating_sub(dynamic_used),
     };
     let counts = count_by_namespace(services, |svc| {
@@ -238,7 +259,7 @@ fn port_bands(state: &AllocationState, services: &[&Service]) -> RangeBands {
         service_cidrs: Vec::new(),
         hands_out: true,
         serves: None,
-        retained: 0,
+        retained: retained.len() as u64,
         size,
         used: p.used(),
         picks_before_static: dynamic_band.free,
@@ -345,6 +366,7 @@ mod tests {
                 last: "10.96.0.16".into(),
                 size: 16,
                 used: 1,
+                retained: 0,
                 free: 15,
             })
         );
@@ -355,6 +377,7 @@ mod tests {
                 last: "10.96.0.254".into(),
                 size: 238,
                 used: 2,
+                retained: 0,
                 free: 236,
             }
         );
@@ -468,6 +491,9 @@ mod tests {
             Some("namespaces matching \"team=a\" (team-a)")
         );
         assert_eq!((team.used, team.retained), (2, 1));
+        // 10.101.0.9 is in the static band of the /24 (its first 16 addresses).
+        let static_band = team.static_band.as_ref().unwrap();
+        assert_eq!((static_band.retained, team.dynamic_band.retained), (1, 0));
         assert_eq!(r.cluster_ip_ranges[0].serves, None);
         let ip = super::super::allocation::explain_ip(&w, &config, "10.101.0.20".parse().unwrap())
             .unwrap();
@@ -487,6 +513,10 @@ mod tests {
         let text = crate::explain::text::ranges(&r);
         assert!(
             text.contains("10.101.0.0/24 (IPv4, ServiceCIDR team-a): 2 of 254 used (1 retained for deleted Services)\n    serves only namespaces matching \"team=a\" (team-a)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    band     values                    size  used  retained  free\n    static   10.101.0.1-10.101.0.16    16    1     1         15\n"),
             "{text}"
         );
     }

@@ -482,19 +482,29 @@ fn range_block(out: &mut String, r: &RangeBands) {
     if let Some(serves) = &r.serves {
         let _ = writeln!(out, "    serves only {serves}");
     }
-    let mut rows = vec![row(["band", "values", "size", "used", "free"])];
+    // The retained column only where values are retained, so the usual table stays.
+    let mut header = vec!["band", "values", "size", "used"];
+    if r.retained > 0 {
+        header.push("retained");
+    }
+    header.push("free");
+    let mut rows = vec![header.into_iter().map(str::to_owned).collect::<Vec<_>>()];
     for (name, band) in [
         ("static", r.static_band.as_ref()),
         ("dynamic", Some(&r.dynamic_band)),
     ] {
         if let Some(b) = band {
-            rows.push(vec![
+            let mut cells = vec![
                 name.to_owned(),
                 format!("{}-{}", b.first, b.last),
                 b.size.to_string(),
                 b.used.to_string(),
-                b.free.to_string(),
-            ]);
+            ];
+            if r.retained > 0 {
+                cells.push(b.retained.to_string());
+            }
+            cells.push(b.free.to_string());
+            rows.push(cells);
         }
     }
     table(out, "    ", &rows);
