@@ -766,29 +766,36 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     let at_kill = moved().await;
     // As if a run had died between a delete and its create: one Service not moved yet
     // exists only in the journal.
-    let victim = services
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 210, 0, 0], 23))
+    // A second one was journalled with an address another Service took since: it is
+    // created with automatic addresses instead.
+    let listed = services.list(&ListParams::default()).await.unwrap().items;
+    let mut waiting = listed
+        .iter()
+        .filter(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 210, 0, 0], 23));
+    let victim = waiting.next().unwrap().clone();
+    let blocked = waiting.next().unwrap().clone();
+    let taken = listed
+        .iter()
+        .find(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 212, 0, 0], 23))
+        .map(|s| ip_of(s).to_string())
         .unwrap();
     let victim_name = victim.metadata.name.clone().unwrap();
-    {
+    let blocked_name = blocked.metadata.name.clone().unwrap();
+    for (svc, ip) in [(&victim, "10.212.1.250"), (&blocked, taken.as_str())] {
+        let name = svc.metadata.name.clone().unwrap();
         use svcplane_controller::migrate::recreate::{
             JournalEntry, journal_key, journal_name, recreated,
         };
         let entry = JournalEntry {
-            old_uid: victim.metadata.uid.clone().unwrap(),
-            service: recreated(&victim, &["10.212.1.250".to_owned()]),
+            old_uid: svc.metadata.uid.clone().unwrap(),
+            service: recreated(svc, &[ip.to_owned()]),
         };
         let journal = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
             env.client.clone(),
             "kube-system",
         );
         let body = json!({"data": {
-            journal_key(&ns, &victim_name): serde_json::to_string(&entry).unwrap()
+            journal_key(&ns, &name): serde_json::to_string(&entry).unwrap()
         }});
         journal
             .patch(
@@ -799,7 +806,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .await
             .unwrap();
         services
-            .delete(&victim_name, &DeleteParams::default())
+            .delete(&name, &DeleteParams::default())
             .await
             .unwrap();
     }
@@ -825,6 +832,15 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .any(|m| m["service"] == json!(format!("{ns}/{victim_name}"))
                 && m["newClusterIps"][0] == json!("10.212.1.250")),
         "the journalled Service was created from the journal: {resumed:?}"
+    );
+    let fell_back = resumed
+        .iter()
+        .find(|m| m["service"] == json!(format!("{ns}/{blocked_name}")))
+        .expect("the blocked Service was finished");
+    assert_ne!(
+        fell_back["newClusterIps"][0],
+        json!(taken),
+        "created with an automatic address instead of the taken {taken}"
     );
     let mut gaps: Vec<u64> = moved_again
         .iter()

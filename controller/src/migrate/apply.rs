@@ -96,6 +96,16 @@ pub async fn apply(
             "--apply cannot leave the {from_name:?} ServiceCIDR: kube-apiserver owns it (its --service-cluster-ip-range); add a ServiceCIDR, change the flag, then move the Services with the plan's steps"
         )));
     }
+    if cidrs
+        .get_opt(to_name)
+        .await
+        .map_err(failed("reading the ServiceCIDR"))?
+        .is_none()
+    {
+        return Err(refuse(format!(
+            "--to {to_name:?}: no such ServiceCIDR (--apply moves between ServiceCIDR objects)"
+        )));
+    }
     let journal = Journal::open(&client, &options.journal_namespace, from_name, to_name).await?;
     let mut report = ApplyReport {
         from: from_name.to_owned(),
@@ -105,8 +115,24 @@ pub async fn apply(
         slow_slices: Vec::new(),
         old_range: String::new(),
     };
-    // 1. What an interrupted run left half done.
+    // 1. What an interrupted run left half done. An entry whose old object is still
+    // there is dropped: the plan below moves that Service afresh, with addresses that
+    // are free now.
     for (key, entry) in journal.entries().await? {
+        let ns = entry.service.metadata.namespace.clone().unwrap_or_default();
+        let name = entry.service.metadata.name.clone().unwrap_or_default();
+        let current = Api::<Service>::namespaced(client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(failed("reading the Service"))?;
+        if recreate::resume(
+            &entry,
+            current.as_ref().and_then(|s| s.metadata.uid.as_deref()),
+        ) == Resume::Redo
+        {
+            journal.remove(&key).await?;
+            continue;
+        }
         let m = finish(&client, &journal, &key, entry, options).await?;
         progress(format!(
             "resumed {} ({} ms without a Service)",
@@ -121,18 +147,9 @@ pub async fn apply(
         .map_err(failed("reading the ServiceCIDR"))?
     else {
         report.old_range = format!("ServiceCIDR {from_name} is gone: nothing left to move");
+        journal.remove_if_empty().await?;
         return Ok(report);
     };
-    if cidrs
-        .get_opt(to_name)
-        .await
-        .map_err(failed("reading the ServiceCIDR"))?
-        .is_none()
-    {
-        return Err(refuse(format!(
-            "--to {to_name:?}: no such ServiceCIDR (--apply moves between ServiceCIDR objects)"
-        )));
-    }
     if old.metadata.deletion_timestamp.is_none() {
         cidrs
             .delete(from_name, &DeleteParams::default())
@@ -290,12 +307,7 @@ async fn finish(
         }
     }
     if created.is_none() {
-        created = Some(
-            services
-                .create(&PostParams::default(), &entry.service)
-                .await
-                .map_err(|e| MigrateError::Apply(format!("creating {ns}/{name}: {e}")))?,
-        );
+        created = Some(create(&services, &entry.service).await?);
     }
     let gap_ms = if step == Resume::Done {
         0
@@ -325,6 +337,30 @@ async fn finish(
         slices_missing,
         resumed: true,
     })
+}
+
+/// Creates `svc`; when an address it names was taken since the plan (another client
+/// was quicker), creates it with automatic addresses instead: the old object is gone
+/// by now, and a Service with another address beats no Service (the report shows the
+/// addresses it got; the old range hands out nothing any more).
+async fn create(services: &Api<Service>, svc: &Service) -> Result<Service, MigrateError> {
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let failed = |e: kube::Error| MigrateError::Apply(format!("creating {name}: {e}"));
+    match services.create(&PostParams::default(), svc).await {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("already allocated") => {
+            tracing::warn!(service = %name, refusal = %s.message, "a planned address was taken; creating with automatic ones");
+            let mut automatic = svc.clone();
+            if let Some(spec) = automatic.spec.as_mut() {
+                spec.cluster_ip = None;
+                spec.cluster_ips = None;
+            }
+            services
+                .create(&PostParams::default(), &automatic)
+                .await
+                .map_err(failed)
+        }
+        other => other.map_err(failed),
+    }
 }
 
 fn millis(d: Duration) -> u64 {
