@@ -133,7 +133,8 @@ pub async fn apply(
             journal.remove(&key).await?;
             continue;
         }
-        let m = finish(&client, &journal, &key, entry, options).await?;
+        let m = finish(&client, &journal, &key, entry, options, true).await?;
+        record_event(&client, &m, from_name, to_name).await;
         progress(format!(
             "resumed {} ({} ms without a Service)",
             m.service, m.gap_ms
@@ -263,21 +264,21 @@ async fn move_one(
     };
     let key = recreate::journal_key(ns, name);
     journal.put(&key, &entry).await?;
-    let mut moved = finish(client, journal, &key, entry, options).await?;
-    moved.resumed = false;
-    moved.cluster_ips.clone_from(&m.cluster_ips);
+    let moved = finish(client, journal, &key, entry, options, false).await?;
     record_event(client, &moved, from, to).await;
     Ok(moved)
 }
 
 /// Finishes a journalled move: delete (if the old object is still there), create (if
-/// nothing is there), wait for the slices, drop the entry.
+/// nothing is there), wait for the slices, drop the entry. `resumed`: the entry is an
+/// interrupted run's.
 async fn finish(
     client: &Client,
     journal: &Journal,
     key: &str,
     entry: JournalEntry,
     options: &ApplyOptions,
+    resumed: bool,
 ) -> Result<Moved, MigrateError> {
     let ns = entry.service.metadata.namespace.clone().unwrap_or_default();
     let name = entry.service.metadata.name.clone().unwrap_or_default();
@@ -324,9 +325,18 @@ async fn finish(
     };
     let slices_missing = wants_slices(&new) && slices_ms.is_none();
     journal.remove(key).await?;
+    // The old addresses, as the journalled object records them.
+    let cluster_ips = entry
+        .service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(recreate::MIGRATED_FROM))
+        .map(|ips| ips.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
     Ok(Moved {
         service: format!("{ns}/{name}"),
-        cluster_ips: Vec::new(),
+        cluster_ips,
         new_cluster_ips: new
             .spec
             .as_ref()
@@ -335,7 +345,7 @@ async fn finish(
         gap_ms,
         slices_ms,
         slices_missing,
-        resumed: true,
+        resumed,
     })
 }
 

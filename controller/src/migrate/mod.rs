@@ -93,19 +93,7 @@ pub fn run(
     let from = plan::side("from", &args.from, &world.snapshot, &where_)?;
     let to = plan::side("to", &args.to, &world.snapshot, &where_)?;
     let p = plan::plan(&world.snapshot, from, to, SEED)?;
-    let text = match args.source.output {
-        ExplainFormat::Text => text::render(&p),
-        ExplainFormat::Json => serde_json::to_string_pretty(&p)
-            .map(|s| s + "\n")
-            .map_err(|e| MigrateError::Encode(e.to_string()))?,
-        ExplainFormat::Yaml => {
-            serde_saphyr::to_string(&p).map_err(|e| MigrateError::Encode(e.to_string()))?
-        }
-    };
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(MigrateError::Write)
+    write(stdout, args.source.output, &p, text::render)
 }
 
 /// `--apply`: moves the Services, printing progress on `stderr` and the report on
@@ -136,17 +124,27 @@ fn run_apply(
         };
         apply::apply(client, &args.from, &args.to, &options, &mut progress).await
     })?;
-    let text = match args.source.output {
-        ExplainFormat::Text => text::render_applied(&report),
-        ExplainFormat::Json => serde_json::to_string_pretty(&report)
+    write(stdout, args.source.output, &report, text::render_applied)
+}
+
+/// Prints `value` as `format` asks: `text` for people, JSON or YAML for tools.
+fn write<T: serde::Serialize>(
+    stdout: &mut dyn Write,
+    format: ExplainFormat,
+    value: &T,
+    text: fn(&T) -> String,
+) -> Result<(), MigrateError> {
+    let out = match format {
+        ExplainFormat::Text => text(value),
+        ExplainFormat::Json => serde_json::to_string_pretty(value)
             .map(|s| s + "\n")
             .map_err(|e| MigrateError::Encode(e.to_string()))?,
         ExplainFormat::Yaml => {
-            serde_saphyr::to_string(&report).map_err(|e| MigrateError::Encode(e.to_string()))?
+            serde_saphyr::to_string(value).map_err(|e| MigrateError::Encode(e.to_string()))?
         }
     };
     stdout
-        .write_all(text.as_bytes())
+        .write_all(out.as_bytes())
         .and_then(|()| stdout.flush())
         .map_err(MigrateError::Write)
 }
