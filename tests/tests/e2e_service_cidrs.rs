@@ -620,6 +620,16 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         "mig=yes",
     )
     .await;
+    // One the move must leave alone, and report: the cluster DNS (kube-apiserver
+    // allocates in kube-system, where the webhook is not registered), created before
+    // automatic picks could take its address.
+    let dns: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns"}},
+        "spec": {"clusterIP": "10.210.1.10", "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]},
+    }))
+    .unwrap();
+    let dns = create(&env.client, "kube-system", &dns).await.unwrap();
     let ns = labelled_namespace(&env, "cidrs-migrate-", ("mig", "yes")).await;
     register_webhooks(&env.client, &ns, &base, &env.certs.ca_pem)
         .await
@@ -681,6 +691,15 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         let s = create(&env.client, &ns, &make(i)).await.unwrap();
         assert!(is_headless(&s) || in_cidr(ip_of(&s), [10, 210, 0, 0], 23));
     }
+    // Another the move must leave alone and report: an address picked by hand in the
+    // static band.
+    let pinned: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "pinned"},
+        "spec": {"clusterIP": "10.210.0.20", "selector": {"app": "p0"},
+                 "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    let pinned = create(&env.client, &ns, &pinned).await.unwrap();
     let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), &ns);
     wait_for(
         "200 Services' EndpointSlices",
@@ -715,7 +734,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .collect::<std::collections::BTreeMap<String, Service>>()
     };
     let before = by_name().await;
-    assert_eq!(before.len(), 200);
+    assert_eq!(before.len(), 201);
 
     let migrate = |extra: &[&str]| {
         let mut c = std::process::Command::new(&env.bin);
@@ -769,9 +788,11 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     // A second one was journalled with an address another Service took since: it is
     // created with automatic addresses instead.
     let listed = services.list(&ListParams::default()).await.unwrap().items;
-    let mut waiting = listed
-        .iter()
-        .filter(|s| !is_headless(s) && in_cidr(ip_of(s), [10, 210, 0, 0], 23));
+    let mut waiting = listed.iter().filter(|s| {
+        !is_headless(s)
+            && in_cidr(ip_of(s), [10, 210, 0, 0], 23)
+            && s.metadata.name.as_deref() != Some("pinned")
+    });
     let victim = waiting.next().unwrap().clone();
     let blocked = waiting.next().unwrap().clone();
     let taken = listed
@@ -809,6 +830,21 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .delete(&name, &DeleteParams::default())
             .await
             .unwrap();
+    }
+    // Meanwhile `explain range` shows the move, and the Services only its journal holds.
+    let out = std::process::Command::new(&env.bin)
+        .args(["explain", "range"])
+        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("svcplane migrate is moving its Services to ServiceCIDR e2e-mig-new (journal kube-system/svcplane-migrate-e2e-mig-old-to-e2e-mig-new)"))
+        .unwrap_or_else(|| panic!("{text}"));
+    for name in [&victim_name, &blocked_name] {
+        assert!(line.contains(&format!("{ns}/{name}")), "{line}");
     }
     // The same command again finishes the job.
     let out = migrate(&["-o", "json"]).output().unwrap();
@@ -860,10 +896,50 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         before.keys().collect::<Vec<_>>(),
         "no Service lost"
     );
+    // The hand-picked and the DNS Service are reported, with what to do, and untouched.
+    let manual = report["manual"].as_array().unwrap();
+    for (service, why) in [
+        (format!("{ns}/pinned"), "static band"),
+        ("kube-system/kube-dns".to_owned(), "clusterDNS"),
+    ] {
+        assert!(
+            manual
+                .iter()
+                .any(|m| m["service"] == json!(service)
+                    && m["reason"].as_str().unwrap().contains(why)),
+            "{service} reported ({why}): {manual:?}"
+        );
+    }
+    let dns_now = Api::<Service>::namespaced(env.client.clone(), "kube-system")
+        .get("kube-dns")
+        .await
+        .unwrap();
+    assert_eq!(
+        dns_now.metadata.uid, dns.metadata.uid,
+        "the DNS Service was not touched"
+    );
+    assert_eq!(ip_of(&dns_now), ip_of(&dns));
+    assert_eq!(
+        after["pinned"].metadata.uid, pinned.metadata.uid,
+        "pinned not touched"
+    );
+    assert_eq!(ip_of(&after["pinned"]).to_string(), "10.210.0.20");
+    assert!(
+        report["oldRange"].as_str().unwrap().contains("terminating"),
+        "{report}"
+    );
+    // svcplane's EndpointSlice controller took every recreated Service first.
+    let first = run
+        .metric("svcplane_migrated_services_first_total{name=\"endpoint_slice\"}")
+        .unwrap_or(0.0);
+    assert!(first >= 190.0, "migrated Services queued first: {first}");
     let mut dual = 0;
     for (name, old) in &before {
         let new = &after[name];
         assert_eq!(kept(new), kept(old), "{name} changed beyond its ClusterIPs");
+        if name == "pinned" {
+            continue;
+        }
         if is_headless(old) {
             assert_eq!(
                 new.metadata.uid, old.metadata.uid,
@@ -907,6 +983,29 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         },
     )
     .await;
+    // Still used by the two left to the operator, the old range stays, handing out
+    // nothing. The operator does what the report says: pinned gets an address of the
+    // new range picked by hand; the DNS Service (no kubelets here to reconfigure) goes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(ready_of(&env.client, "e2e-mig-old").await.is_some());
+    services
+        .delete("pinned", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut repinned = pinned.clone();
+    repinned.metadata = kube::api::ObjectMeta {
+        name: Some("pinned".into()),
+        ..Default::default()
+    };
+    if let Some(spec) = repinned.spec.as_mut() {
+        spec.cluster_ip = Some("10.212.0.20".into());
+        spec.cluster_ips = Some(vec!["10.212.0.20".into()]);
+    }
+    create(&env.client, &ns, &repinned).await.unwrap();
+    Api::<Service>::namespaced(env.client.clone(), "kube-system")
+        .delete("kube-dns", &DeleteParams::default())
+        .await
+        .unwrap();
     // The old range goes once empty; the journal is gone.
     wait_for(
         "the old ServiceCIDR to go",

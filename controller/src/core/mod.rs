@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod ip;
 pub mod keys;
 pub mod label_syntax;
+pub mod migrated;
 pub mod mirroring;
 pub mod nodes;
 pub mod pod;

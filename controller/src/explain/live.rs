@@ -1,7 +1,8 @@
 //! Reading a live cluster into a [`World`]: the same kinds a dump holds,
 //! with `list` only — `explain` never writes, so read-only RBAC is enough
 //! (`get, list` on services, pods, nodes, endpointslices, endpoints,
-//! ipaddresses and allocationclaims).
+//! ipaddresses and allocationclaims; `list` on configmaps shows moves of
+//! `svcplane migrate` in progress in `explain range`).
 //!
 //! `explain service|pod` reads one namespace (and every Node, for zones and
 //! CPU); `explain ip|nodeport` reads every Service, IPAddress and
@@ -12,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::api::{Api, ListParams};
@@ -23,6 +24,7 @@ use tracing::debug;
 
 use super::ExplainError;
 use super::world::{Availability, Source, World};
+use crate::core::migrated;
 use crate::dump::snapshot::Key;
 
 /// What to read.
@@ -93,6 +95,26 @@ pub async fn add_claims(client: Client, world: &mut World) {
     }
 }
 
+/// Adds the moves `migrate --apply` has in progress (its journal ConfigMaps, by label)
+/// to `world`; a user who may not list ConfigMaps gets a note instead.
+async fn add_moves(client: Client, world: &mut World) {
+    let params = ListParams::default().labels(&format!("{}=true", migrated::JOURNAL_LABEL));
+    match Api::<ConfigMap>::all(client).list(&params).await {
+        Ok(list) => {
+            world.moves = list
+                .items
+                .iter()
+                .filter_map(migrated::move_in_progress)
+                .collect();
+        }
+        Err(e) => {
+            world.moves_unread = Some(format!(
+                "moves of svcplane migrate not shown: listing its journal ConfigMaps failed ({e})"
+            ));
+        }
+    }
+}
+
 /// Reads `scope` from the cluster behind `client`.
 pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> {
     let mut world = World::empty(Source::Cluster);
@@ -149,6 +171,7 @@ pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> 
                 Some(c) => world.claims = named(c),
                 None => world.claim_api = Availability::NotServed,
             }
+            add_moves(client, &mut world).await;
         }
     }
     Ok(world)

@@ -23,6 +23,7 @@ use svcplane_webhook::state::AllocationState;
 
 use super::allocation::{api_notes, state_of};
 use super::world::World;
+use crate::core::migrated::MoveInProgress;
 use crate::core::service_values::{cluster_ips, node_ports};
 
 /// How many namespaces a range lists as its largest holders.
@@ -63,6 +64,9 @@ pub struct RangeBands {
     /// (`--retain-released-values`).
     #[serde(skip_serializing_if = "is_zero")]
     pub retained: u64,
+    /// The move out of it `svcplane migrate --apply` has in progress.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moving: Option<MoveInProgress>,
     /// Values it can hand out (a ClusterIP range's network and IPv4 broadcast
     /// addresses excluded).
     pub size: u64,
@@ -145,9 +149,15 @@ pub fn explain_ranges(
                 .map(|o| &o.scope)
                 .filter(|s| **s != RangeScope::Everyone)
                 .map(RangeScope::describe);
+            bands.moving = world
+                .moves
+                .iter()
+                .find(|m| bands.service_cidrs.contains(&m.from))
+                .cloned();
             cluster_ip_ranges.push(bands);
         }
     }
+    let notes = range_notes(world, &cluster_ip_ranges);
     Ok(RangesReport {
         cluster_ip_source: if from_cluster {
             "the cluster's ServiceCIDR objects".to_owned()
@@ -166,8 +176,31 @@ pub fn explain_ranges(
                 })
                 .collect::<Vec<i32>>(),
         ),
-        notes: api_notes(world),
+        notes,
     })
+}
+
+/// What could not be read, and a move whose old ServiceCIDR is gone while Services
+/// are still between their delete and their create (shown nowhere else).
+fn range_notes(world: &World, ranges: &[RangeBands]) -> Vec<String> {
+    let mut out = api_notes(world);
+    out.extend(world.moves_unread.clone());
+    for m in &world.moves {
+        let shown = ranges.iter().any(|r| r.service_cidrs.contains(&m.from));
+        if !shown && !m.in_flight.is_empty() {
+            out.push(format!(
+                "svcplane migrate's move from ServiceCIDR {} (gone) to {}: {} Service(s) exist only in its journal {}: {}; `svcplane migrate --from {} --to {} --apply` creates them",
+                m.from,
+                m.to,
+                m.in_flight.len(),
+                m.journal,
+                m.in_flight.join(", "),
+                m.from,
+                m.to
+            ));
+        }
+    }
+    out
 }
 
 fn cidr_bands(
@@ -211,6 +244,7 @@ fn cidr_bands(
         service_cidrs,
         hands_out: r.is_ready(),
         serves: None,
+        moving: None,
         retained: retained.len() as u64,
         size: r.size(),
         used: r.used(),
@@ -259,6 +293,7 @@ fn port_bands(state: &AllocationState, services: &[&Service], retained: &[i32]) 
         service_cidrs: Vec::new(),
         hands_out: true,
         serves: None,
+        moving: None,
         retained: retained.len() as u64,
         size,
         used: p.used(),
@@ -461,6 +496,74 @@ mod tests {
         .unwrap();
         assert!(!from_cluster);
         assert_eq!(config.cluster_ip_ranges[0].to_string(), "10.96.0.0/12");
+    }
+
+    /// Issue 33: a range `svcplane migrate --apply` is leaving shows the move from its
+    /// journal, with the Services that exist only there; a journal whose old
+    /// ServiceCIDR is gone while it still holds Services becomes a note.
+    #[test]
+    fn a_range_being_left_shows_the_move_and_the_services_only_in_its_journal() {
+        let journal = |name: &str, from: &str, entries: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{namespace: kube-system, name: {name}, \
+                 labels: {{svcplane.io/migrate-journal: 'true'}}, \
+                 annotations: {{svcplane.io/migrate-from: {from}, svcplane.io/migrate-to: new}}}}\n\
+                 data: {{{entries}}}\n---\n"
+            )
+        };
+        let w = world(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: new}}\n\
+             spec: {{cidrs: [10.100.0.0/24]}}\n---\n\
+             apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\n\
+             metadata: {{name: old, deletionTimestamp: '2026-01-02T00:00:00Z'}}\n\
+             spec: {{cidrs: [10.101.0.0/24]}}\n---\n{}{}{}",
+            service("shop", "kept", "10.101.0.20", None),
+            journal("j1", "old", "shop.web: '{}', shop.db: '{}'"),
+            journal("j2", "older", "team.api: '{}'"),
+        ));
+        let ranges = crate::cli::AllocatorRanges {
+            service_cluster_ip_range: None,
+            service_node_port_range: "30000-32767".into(),
+            service_ranges_from: crate::cli::RangesFrom::Cluster,
+        };
+        let (config, from_cluster) = super::super::allocation::ranges_of(&w, &ranges).unwrap();
+        let r = explain_ranges(&w, &config, from_cluster).unwrap();
+        let old = r
+            .cluster_ip_ranges
+            .iter()
+            .find(|b| b.range == "10.101.0.0/24")
+            .unwrap();
+        let moving = old
+            .moving
+            .as_ref()
+            .expect("the move shows on the old range");
+        assert_eq!(
+            (
+                moving.to.as_str(),
+                moving.journal.as_str(),
+                &moving.in_flight[..]
+            ),
+            (
+                "new",
+                "kube-system/j1",
+                &["shop/db".to_owned(), "shop/web".to_owned()][..]
+            )
+        );
+        assert!(
+            r.cluster_ip_ranges
+                .iter()
+                .all(|b| b.range == "10.101.0.0/24" || b.moving.is_none())
+        );
+        let text = crate::explain::text::ranges(&r);
+        assert!(
+            text.contains("svcplane migrate is moving its Services to ServiceCIDR new (journal kube-system/j1): 2 Service(s) deleted and not created yet: shop/db, shop/web"),
+            "{text}"
+        );
+        assert!(
+            r.notes.iter().any(|n| n.contains("from ServiceCIDR older (gone) to new: 1 Service(s) exist only in its journal kube-system/j2: team/api")),
+            "{:?}",
+            r.notes
+        );
     }
 
     /// A ServiceCIDR with `svcplane.io/namespace-selector` says whom it serves; values

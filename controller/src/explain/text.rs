@@ -482,6 +482,22 @@ fn range_block(out: &mut String, r: &RangeBands) {
     if let Some(serves) = &r.serves {
         let _ = writeln!(out, "    serves only {serves}");
     }
+    if let Some(m) = &r.moving {
+        let flight = if m.in_flight.is_empty() {
+            "no Service between its delete and its create".to_owned()
+        } else {
+            format!(
+                "{} Service(s) deleted and not created yet: {}",
+                m.in_flight.len(),
+                m.in_flight.join(", ")
+            )
+        };
+        let _ = writeln!(
+            out,
+            "    svcplane migrate is moving its Services to ServiceCIDR {} (journal {}): {flight}",
+            m.to, m.journal
+        );
+    }
     // The retained column only where values are retained, so the usual table stays.
     let mut header = vec!["band", "values", "size", "used"];
     if r.retained > 0 {

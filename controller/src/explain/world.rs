@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use serde::de::DeserializeOwned;
 use svcplane_webhook::claim::AllocationClaim;
 
+use crate::core::migrated::{self, MoveInProgress};
 use crate::dump::input::{self, InputError, Origin, RawObject};
 use crate::dump::snapshot::{self, Snapshot, SnapshotBuilder};
 
@@ -55,6 +56,10 @@ pub struct World {
     pub claims: BTreeMap<String, AllocationClaim>,
     pub ip_address_api: Availability,
     pub claim_api: Availability,
+    /// Moves of `svcplane migrate --apply` in progress, from their journals.
+    pub moves: Vec<MoveInProgress>,
+    /// Why the journals could not be read, if they could not.
+    pub moves_unread: Option<String>,
     pub source: Source,
 }
 
@@ -66,6 +71,8 @@ impl World {
             claims: BTreeMap::new(),
             ip_address_api: Availability::Read,
             claim_api: Availability::Read,
+            moves: Vec::new(),
+            moves_unread: None,
             source,
         }
     }
@@ -85,6 +92,12 @@ pub fn read_dump(
         for raw in input::read_source(path, stdin)? {
             match raw.kind.as_str() {
                 "AllocationClaim" => extra.claim(raw)?,
+                // A journal of `migrate --apply`; other ConfigMaps are plan's to skip.
+                "ConfigMap"
+                    if raw.value["metadata"]["labels"][migrated::JOURNAL_LABEL].is_string() =>
+                {
+                    extra.journal(raw);
+                }
                 _ => builder.add(raw)?,
             }
         }
@@ -104,6 +117,7 @@ pub fn read_dump(
     ));
     world.snapshot = snapshot;
     world.claims = extra.claims;
+    world.moves = extra.moves;
     Ok((world, lines))
 }
 
@@ -111,6 +125,7 @@ pub fn read_dump(
 #[derive(Default)]
 struct Extra {
     claims: BTreeMap<String, AllocationClaim>,
+    moves: Vec<MoveInProgress>,
     seen: BTreeMap<(String, String), Origin>,
     warnings: Vec<String>,
 }
@@ -120,6 +135,20 @@ impl Extra {
         let (name, obj) = self.decode::<AllocationClaim>(raw, CLAIM_API_VERSION)?;
         self.claims.insert(name, obj);
         Ok(())
+    }
+
+    fn journal(&mut self, raw: RawObject) {
+        let journal = serde_json::from_value(raw.value.clone())
+            .ok()
+            .and_then(|cm| migrated::move_in_progress(&cm));
+        match journal {
+            Some(j) => self.moves.push(j),
+            None => self.warnings.push(format!(
+                "warning: {} ({}): a migrate journal without its from/to annotations, skipped",
+                raw.origin,
+                raw.id()
+            )),
+        }
     }
 
     /// Checks the apiVersion, decodes and names a cluster-scoped object, with

@@ -464,6 +464,14 @@ impl Journal {
             cm.metadata.name = Some(name.clone());
             cm.metadata.labels =
                 Some([(recreate::JOURNAL_LABEL.to_owned(), "true".to_owned())].into());
+            // `explain range` reads the move's two ends from these.
+            cm.metadata.annotations = Some(
+                [
+                    (recreate::JOURNAL_FROM.to_owned(), from.to_owned()),
+                    (recreate::JOURNAL_TO.to_owned(), to.to_owned()),
+                ]
+                .into(),
+            );
             match api.create(&PostParams::default(), &cm).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -14,11 +14,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Service;
 use serde::{Deserialize, Serialize};
 
-/// Annotation on a moved Service: the ClusterIPs it had before (comma-separated).
-pub const MIGRATED_FROM: &str = "svcplane.io/migrated-from";
+/// The annotation a moved Service gets (the controllers sync such a Service first).
+pub use crate::core::migrated::MIGRATED_FROM;
 
-/// Label on a journal ConfigMap.
-pub const JOURNAL_LABEL: &str = "svcplane.io/migrate-journal";
+pub use crate::core::migrated::{JOURNAL_FROM, JOURNAL_LABEL, JOURNAL_TO, journal_key};
 
 /// One Service between its delete and its create.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,11 +27,6 @@ pub struct JournalEntry {
     pub old_uid: String,
     /// The object to create.
     pub service: Service,
-}
-
-/// The journal key of Service `namespace/name` (a ConfigMap data key: `[-._a-zA-Z0-9]+`).
-pub fn journal_key(namespace: &str, name: &str) -> String {
-    format!("{namespace}.{name}")
 }
 
 /// The journal ConfigMap's name for a move from `from` to `to` (ServiceCIDR names).

@@ -286,6 +286,27 @@ impl<K: Clone + Eq + Hash + Ord> QueueCore<K> {
         true
     }
 
+    /// Queues `key` ahead of every key already queued (moving it to the front if it
+    /// is queued already): a Service whose clients have nothing to reach until it is
+    /// synced ([`crate::core::migrated`]). A key being processed is re-queued after it
+    /// is done, as any add. Returns whether it was newly queued.
+    pub(crate) fn add_first(&mut self, key: K, at: Option<Instant>) -> bool {
+        if self.dirty.contains(&key) {
+            if let Some(i) = self.queue.iter().position(|k| *k == key)
+                && let Some(k) = self.queue.remove(i)
+            {
+                self.queue.push_front(k);
+            }
+            return false;
+        }
+        let added = self.add_at(key.clone(), at);
+        if added && self.queue.back() == Some(&key) {
+            self.queue.pop_back();
+            self.queue.push_front(key);
+        }
+        added
+    }
+
     /// Keys newly queued since the queue was made.
     pub(crate) fn adds(&self) -> u64 {
         self.adds
@@ -540,6 +561,19 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
     }
 
+    /// [`QueueCore::add_first`].
+    pub(crate) fn add_first(&self, key: K) {
+        let added = {
+            let mut core = self.lock();
+            let added = core.add_first(key, Some(Instant::now()));
+            self.report(&core);
+            added
+        };
+        if added {
+            self.notify.notify_one();
+        }
+    }
+
     /// [`QueueCore::set_coalescing`].
     pub(crate) fn set_coalescing(&self, burst_gap: Duration, hold_per_sync: HoldPerSync) {
         self.lock().set_coalescing(burst_gap, hold_per_sync);
@@ -680,6 +714,36 @@ mod tests {
         q.add_coalesced("svc", window);
         assert_eq!(q.lock().ready_len(), 0);
         assert_eq!(q.lock().next_due(), Some(Instant::now() + window));
+    }
+
+    #[test]
+    fn a_key_added_first_overtakes_every_queued_key_and_is_still_merged() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        for k in ["a", "b", "c"] {
+            q.add(k);
+        }
+        assert!(q.add_first("m", Some(now)));
+        // Already queued: moved to the front, not queued twice.
+        assert!(!q.add_first("c", Some(now)));
+        assert!(!q.add("m"));
+        let order: Vec<_> = std::iter::from_fn(|| q.pop(now)).collect();
+        assert_eq!(order, ["c", "m", "a", "b"]);
+    }
+
+    #[test]
+    fn a_key_added_first_while_processed_is_handed_out_again_after_done() {
+        let mut q = QueueCore::new(NO_BUCKET);
+        let now = t0();
+        q.add("m");
+        assert_eq!(q.pop(now), Some("m"));
+        q.add("a");
+        // Never to a second worker while the first has it.
+        assert!(q.add_first("m", Some(now)));
+        assert_eq!(q.pop(now), Some("a"));
+        assert_eq!(q.pop(now), None);
+        q.done(&"m", now);
+        assert_eq!(q.pop(now), Some("m"));
     }
 
     #[test]

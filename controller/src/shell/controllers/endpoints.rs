@@ -244,8 +244,7 @@ impl EndpointsController {
 
 impl Controller for EndpointsController {
     fn on_service(&self, change: &Change<Service>) {
-        let m = &change.latest().metadata;
-        self.add(object_key(m));
+        super::queue_service(&self.parts, Self::QUEUE, change);
     }
 
     fn on_pod_keys(&self, keys: &[String], withdraws: bool) {
@@ -302,7 +301,9 @@ mod tests {
     use super::*;
     use crate::core::fixtures::{endpoints as endpoints_fixture, svc};
     use crate::shell::coalescing::Coalescing;
-    use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
+    use crate::shell::controllers::test_support::{
+        hold_in_a_burst, order_after_a_migrated_arrival, parts, write_attempts,
+    };
     use crate::shell::queue::RateLimit;
 
     #[tokio::test]
@@ -324,6 +325,25 @@ mod tests {
             window,
             "300 ms capped by --write-coalescing-window"
         );
+    }
+
+    #[tokio::test]
+    async fn a_service_migrate_just_recreated_is_synced_before_queued_ones() {
+        let p = parts(RateLimit::ENDPOINTS);
+        let c = EndpointsController::new(
+            p.clone(),
+            Config {
+                workers: 1,
+                batch_period: Duration::ZERO,
+                coalescing: Coalescing::OFF,
+            },
+        );
+        let (order, count) = order_after_a_migrated_arrival(&c, &p, "endpoint");
+        assert_eq!(
+            order,
+            ["default/moved", "default/a", "default/b", "default/c"]
+        );
+        assert!(count.ends_with(" 1"), "{count:?}");
     }
 
     #[tokio::test]

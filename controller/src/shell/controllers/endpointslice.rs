@@ -470,7 +470,7 @@ impl EndpointSliceController {
 
 impl Controller for EndpointSliceController {
     fn on_service(&self, change: &Change<Service>) {
-        self.add(object_key(&change.latest().metadata));
+        super::queue_service(&self.parts, Self::QUEUE, change);
     }
 
     /// Services a Pod event affects, already computed by the dispatcher.
@@ -581,7 +581,9 @@ mod tests {
     use crate::shell::apply::WriteErrorKind;
     use crate::shell::cache::Store;
     use crate::shell::coalescing::Coalescing;
-    use crate::shell::controllers::test_support::{hold_in_a_burst, parts, write_attempts};
+    use crate::shell::controllers::test_support::{
+        hold_in_a_burst, order_after_a_migrated_arrival, parts, write_attempts,
+    };
     use crate::shell::queue::RateLimit;
 
     #[tokio::test]
@@ -604,6 +606,18 @@ mod tests {
             window,
             "300 ms capped by --write-coalescing-window"
         );
+    }
+
+    #[tokio::test]
+    async fn a_service_migrate_just_recreated_is_synced_before_queued_ones() {
+        let p = parts(RateLimit::ENDPOINT_SLICE);
+        let c = controller(&p);
+        let (order, count) = order_after_a_migrated_arrival(&c, &p, "endpoint_slice");
+        assert_eq!(
+            order,
+            ["default/moved", "default/a", "default/b", "default/c"]
+        );
+        assert!(count.ends_with(" 1"), "{count:?}");
     }
 
     #[tokio::test]

@@ -251,6 +251,19 @@ pub(crate) fn queue_gauges(metrics: &Metrics, name: &'static str) -> super::queu
     }
 }
 
+/// Queues the Service of a Service change: ahead of every queued key when `svcplane
+/// migrate` has just recreated it ([`crate::core::migrated`]), counted by `queue`.
+pub(crate) fn queue_service(parts: &Parts, queue: &'static str, change: &Change<Service>) {
+    let key = crate::core::keys::object_key(&change.latest().metadata);
+    if crate::core::migrated::goes_first(change, k8s_openapi::jiff::Timestamp::now()) {
+        debug!(service = %key, queue, "just migrated: queued first");
+        parts.metrics.migrated_first(queue);
+        parts.queue.add_first(key);
+    } else {
+        parts.queue.add(key);
+    }
+}
+
 /// Queues the Services of a Pod change: after the batch period when one is set (every
 /// change waits, as upstream); else coalesced, with the withdrawals' short window or
 /// the additions' (`queue` module docs, write coalescing).
@@ -316,6 +329,49 @@ pub(crate) mod test_support {
             events,
             metrics,
         }
+    }
+
+    /// The order `c`'s queue hands out three Service arrivals followed by one that
+    /// `svcplane migrate` has just recreated (`default/moved`), and the queue's count of
+    /// Services taken first as the metrics show it.
+    pub(crate) fn order_after_a_migrated_arrival(
+        c: &dyn super::Controller,
+        p: &Parts,
+        queue: &str,
+    ) -> (Vec<String>, String) {
+        use k8s_openapi::api::core::v1::Service;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+        use crate::core::change::Change;
+        use crate::core::migrated::MIGRATED_FROM;
+
+        let service = |name: &str, migrated: bool| {
+            let mut s = Service::default();
+            s.metadata.namespace = Some("default".into());
+            s.metadata.name = Some(name.into());
+            s.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            if migrated {
+                s.metadata.annotations =
+                    Some([(MIGRATED_FROM.to_owned(), "10.96.0.7".to_owned())].into());
+            }
+            Change::Added(Arc::new(s))
+        };
+        for name in ["a", "b", "c"] {
+            c.on_service(&service(name, false));
+        }
+        c.on_service(&service("moved", true));
+        let now = tokio::time::Instant::now();
+        let mut q = p.queue.lock();
+        let order = std::iter::from_fn(|| q.pop(now)).collect();
+        let line = format!("svcplane_migrated_services_first_total{{name=\"{queue}\"}} ");
+        let count = p
+            .metrics
+            .encode()
+            .lines()
+            .find(|l| l.starts_with(&line))
+            .unwrap_or_default()
+            .to_owned();
+        (order, count)
     }
 
     /// How long a Service in a burst whose syncs each took `took` is held before its

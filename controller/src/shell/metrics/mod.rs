@@ -51,6 +51,7 @@ struct Inner {
     cache_objects: Family<ResourceLabels, Gauge>,
     leader: Family<LeaseLabels, Gauge>,
     events_dropped: Counter,
+    migrated_first: Family<QueueLabels, Counter>,
     webhook: WebhookMetrics,
 }
 
@@ -90,6 +91,7 @@ impl Metrics {
         let api_write_errors: Family<WriteErrorLabels, Counter> = Family::default();
         let cache_objects: Family<ResourceLabels, Gauge> = Family::default();
         let events_dropped = Counter::default();
+        let migrated_first: Family<QueueLabels, Counter> = Family::default();
         let webhook = WebhookMetrics::default();
         webhook.register_capacity(&mut r);
         crate::kube_client::client_metrics::register(&mut r);
@@ -120,6 +122,11 @@ impl Metrics {
             "Events not recorded because the event queue was full",
             events_dropped.clone(),
         );
+        s.register(
+            "migrated_services_first",
+            "Services `svcplane migrate` had just recreated that a controller queued ahead of every other key, by queue",
+            migrated_first.clone(),
+        );
         // kubernetes_build_info's shape: a constant 1 labelled with what was built.
         let build_info: Family<BuildLabels, Gauge> = Family::default();
         build_info
@@ -146,6 +153,7 @@ impl Metrics {
             cache_objects,
             leader,
             events_dropped,
+            migrated_first,
             webhook,
         }))
     }
@@ -219,6 +227,14 @@ impl Metrics {
     /// The admission webhook's counters (registered as `svcplane_webhook_*`).
     pub fn webhook(&self) -> &WebhookMetrics {
         &self.0.webhook
+    }
+
+    /// A Service `migrate` just recreated went to the front of `queue`.
+    pub fn migrated_first(&self, queue: &'static str) {
+        self.0
+            .migrated_first
+            .get_or_create(&QueueLabels { name: queue })
+            .inc();
     }
 
     pub fn event_dropped(&self) {
