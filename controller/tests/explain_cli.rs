@@ -291,7 +291,7 @@ fn migrate_plan_golden() {
         &[],
     );
     assert!(
-        text.contains("2 Service(s) to recreate, 5 left to you, 1 headless"),
+        text.contains("2 Service(s) to recreate, 7 left to you, 1 headless"),
         "{text}"
     );
     golden("../migrate/plan.txt", &text);

@@ -700,6 +700,24 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     }))
     .unwrap();
     let pinned = create(&env.client, &ns, &pinned).await.unwrap();
+    // And one without a selector whose Endpoints are kept by hand: its delete would
+    // take them along.
+    let legacy: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "legacy"},
+        "spec": {"ports": [{"port": 5432}]},
+    }))
+    .unwrap();
+    let legacy = create(&env.client, &ns, &legacy).await.unwrap();
+    assert!(in_cidr(ip_of(&legacy), [10, 210, 0, 0], 23));
+    let legacy_endpoints: k8s_openapi::api::core::v1::Endpoints = serde_json::from_value(json!({
+        "metadata": {"name": "legacy"},
+        "subsets": [{"addresses": [{"ip": "192.168.7.10"}], "ports": [{"port": 5432}]}],
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(env.client.clone(), &ns)
+        .create(&PostParams::default(), &legacy_endpoints)
+        .await
+        .unwrap();
     let slices: Api<EndpointSlice> = Api::namespaced(env.client.clone(), &ns);
     wait_for(
         "200 Services' EndpointSlices",
@@ -734,7 +752,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .collect::<std::collections::BTreeMap<String, Service>>()
     };
     let before = by_name().await;
-    assert_eq!(before.len(), 201);
+    assert_eq!(before.len(), 202);
 
     let migrate = |extra: &[&str]| {
         let mut c = std::process::Command::new(&env.bin);
@@ -791,7 +809,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     let mut waiting = listed.iter().filter(|s| {
         !is_headless(s)
             && in_cidr(ip_of(s), [10, 210, 0, 0], 23)
-            && s.metadata.name.as_deref() != Some("pinned")
+            && !matches!(s.metadata.name.as_deref(), Some("pinned" | "legacy"))
     });
     let victim = waiting.next().unwrap().clone();
     let blocked = waiting.next().unwrap().clone();
@@ -900,6 +918,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     let manual = report["manual"].as_array().unwrap();
     for (service, why) in [
         (format!("{ns}/pinned"), "static band"),
+        (format!("{ns}/legacy"), "Endpoints object is kept by hand"),
         ("kube-system/kube-dns".to_owned(), "clusterDNS"),
     ] {
         assert!(
@@ -924,6 +943,10 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         "pinned not touched"
     );
     assert_eq!(ip_of(&after["pinned"]).to_string(), "10.210.0.20");
+    assert_eq!(
+        after["legacy"].metadata.uid, legacy.metadata.uid,
+        "legacy not touched"
+    );
     assert!(
         report["oldRange"].as_str().unwrap().contains("terminating"),
         "{report}"
@@ -937,7 +960,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     for (name, old) in &before {
         let new = &after[name];
         assert_eq!(kept(new), kept(old), "{name} changed beyond its ClusterIPs");
-        if name == "pinned" {
+        if name == "pinned" || name == "legacy" {
             continue;
         }
         if is_headless(old) {
@@ -979,13 +1002,15 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
                 .collect();
             after
                 .values()
+                .filter(|s| s.metadata.name.as_deref() != Some("legacy"))
                 .all(|s| owners.contains(s.metadata.uid.as_deref().unwrap()))
         },
     )
     .await;
-    // Still used by the two left to the operator, the old range stays, handing out
+    // Still used by the three left to the operator, the old range stays, handing out
     // nothing. The operator does what the report says: pinned gets an address of the
-    // new range picked by hand; the DNS Service (no kubelets here to reconfigure) goes.
+    // new range picked by hand; the DNS Service (no kubelets here to reconfigure) and
+    // legacy go.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(ready_of(&env.client, "e2e-mig-old").await.is_some());
     services
@@ -1004,6 +1029,10 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
     create(&env.client, &ns, &repinned).await.unwrap();
     Api::<Service>::namespaced(env.client.clone(), "kube-system")
         .delete("kube-dns", &DeleteParams::default())
+        .await
+        .unwrap();
+    services
+        .delete("legacy", &DeleteParams::default())
         .await
         .unwrap();
     // The old range goes once empty; the journal is gone.

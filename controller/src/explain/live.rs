@@ -115,6 +115,69 @@ async fn add_moves(client: Client, world: &mut World) {
     }
 }
 
+/// Adds the Endpoints object and the EndpointSlices of every Service without a
+/// selector to `world` (`migrate` must not recreate a Service whose endpoints are kept
+/// by hand, which its delete would take along). One GET and one labelled list per such
+/// Service, a few at a time: most Services have a selector.
+pub async fn add_selectorless_endpoints(
+    client: Client,
+    world: &mut World,
+) -> Result<(), ExplainError> {
+    use futures::{StreamExt, TryStreamExt};
+
+    use crate::core::keys::{CLUSTER_IP_NONE, LABEL_SERVICE_NAME, SERVICE_TYPE_EXTERNAL_NAME};
+    let wanted: Vec<Key> = world
+        .snapshot
+        .services
+        .iter()
+        .filter(|(_, svc)| {
+            svc.spec.as_ref().is_some_and(|s| {
+                s.selector.as_ref().is_none_or(BTreeMap::is_empty)
+                    && s.type_.as_deref() != Some(SERVICE_TYPE_EXTERNAL_NAME)
+                    && s.cluster_ip.as_deref() != Some(CLUSTER_IP_NONE)
+            })
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    let read = |key: Key| {
+        let client = client.clone();
+        async move {
+            let failed = |what: &str, e: kube::Error| ExplainError::Api {
+                what: format!(
+                    "reading the {what} of Service {}/{}",
+                    key.namespace, key.name
+                ),
+                message: e.to_string(),
+            };
+            let endpoints = Api::<Endpoints>::namespaced(client.clone(), &key.namespace)
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| failed("Endpoints", e))?;
+            let params =
+                ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={}", key.name));
+            let slices = Api::<EndpointSlice>::namespaced(client, &key.namespace)
+                .list(&params)
+                .await
+                .map_err(|e| failed("EndpointSlices", e))?
+                .items;
+            Ok::<_, ExplainError>((endpoints, slices))
+        }
+    };
+    let found: Vec<(Option<Endpoints>, Vec<EndpointSlice>)> = futures::stream::iter(wanted)
+        .map(read)
+        .buffer_unordered(8)
+        .try_collect()
+        .await?;
+    for (endpoints, slices) in found {
+        world
+            .snapshot
+            .endpoints
+            .extend(keyed(endpoints.into_iter().collect()));
+        world.snapshot.endpoint_slices.extend(keyed(slices));
+    }
+    Ok(())
+}
+
 /// Reads `scope` from the cluster behind `client`.
 pub async fn load(client: Client, scope: &Scope) -> Result<World, ExplainError> {
     let mut world = World::empty(Source::Cluster);

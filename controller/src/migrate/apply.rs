@@ -161,7 +161,8 @@ pub async fn apply(
         ));
     }
     // 3. The plan, from what the cluster holds now.
-    let world = live::load(client.clone(), &Scope::Allocations).await?;
+    let mut world = live::load(client.clone(), &Scope::Allocations).await?;
+    live::add_selectorless_endpoints(client.clone(), &mut world).await?;
     let where_ = world.source.where_();
     let from = plan::side("from", from_name, &world.snapshot, &where_)?;
     let to = plan::side("to", to_name, &world.snapshot, &where_)?;

@@ -65,7 +65,9 @@ fn read_world(
         let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
             .await
             .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
-        live::load(client, &Scope::Allocations).await
+        let mut world = live::load(client.clone(), &Scope::Allocations).await?;
+        live::add_selectorless_endpoints(client, &mut world).await?;
+        Ok::<_, crate::explain::ExplainError>(world)
     })?;
     Ok((world, Vec::new()))
 }

@@ -13,7 +13,11 @@
 //!   addresses chosen by hand go (automatic picks reach it only when the dynamic band
 //!   is full): whoever chose it may depend on it;
 //! - a Service whose address another Service names (`externalIPs`,
-//!   `loadBalancerIP`, an annotation).
+//!   `loadBalancerIP`, an annotation);
+//! - a Service without a selector whose endpoints are kept by hand: the Endpoints
+//!   controller deletes a Service's Endpoints object with the Service (and the
+//!   mirroring controller the slices mirrored from it), and the garbage collector
+//!   the EndpointSlices it owns, so a recreate would leave it with none.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,7 +51,36 @@ pub struct MigrationPlan {
     pub manual: Vec<Manual>,
     /// Headless Services in the namespaces: nothing to move.
     pub headless: usize,
+    /// What each recreated Service's clients should expect, as measured.
+    pub expected_disruption: Disruption,
 }
+
+/// What moving one Service costs its clients, as the e2e measured it with the shipped
+/// binary (`e2e_service_cidrs::migrate_apply_moves_200_services_and_an_interrupted_run_resumes`
+/// on kube-apiserver, `e2e_operator` step 6b on the single-node cluster); the figures
+/// are the worst of the runs recorded in docs/reference/migrate.md.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    /// Median and maximum time the Service exists nowhere (delete to create).
+    pub gap_ms_median: u64,
+    pub gap_ms_max: u64,
+    /// Median and maximum time from the delete until its EndpointSlices are back.
+    pub slices_ms_median: u64,
+    pub slices_ms_max: u64,
+    /// How long a client calling it by name failed on a real cluster: the cluster
+    /// DNS's TTL on the old address, then kube-proxy's sync.
+    pub by_name_ms: u64,
+}
+
+/// The measured figures (see [`Disruption`]).
+pub const MEASURED: Disruption = Disruption {
+    gap_ms_median: 96,
+    gap_ms_max: 209,
+    slices_ms_median: 291,
+    slices_ms_max: 681,
+    by_name_ms: 5200,
+};
 
 /// One Service to recreate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -163,6 +196,7 @@ pub fn plan(
         .filter_map(|c| CidrAllocator::new(*c).ok())
         .collect();
     let names = Names::of(snapshot);
+    let hand_kept = hand_kept_endpoints(snapshot);
     let mut rng = Rng::new(seed);
     let mut moves = Vec::new();
     let mut manual = Vec::new();
@@ -178,7 +212,11 @@ pub fn plan(
             continue;
         }
         let shown: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        if let Some(reason) = left_to_operator(key, svc, &ips, &statics, &names) {
+        let reason = hand_kept
+            .get(key)
+            .cloned()
+            .or_else(|| left_to_operator(key, svc, &ips, &statics, &names));
+        if let Some(reason) = reason {
             manual.push(Manual {
                 service: key.to_string(),
                 cluster_ips: shown,
@@ -228,7 +266,80 @@ pub fn plan(
         moves,
         manual,
         headless,
+        expected_disruption: MEASURED,
     })
+}
+
+/// The Services without a selector whose endpoints someone keeps by hand and a delete
+/// would take with it, with what they are: an Endpoints object of the same name (for a
+/// Service without selector no controller writes one), or EndpointSlices of another
+/// manager that the Service owns.
+fn hand_kept_endpoints(snapshot: &Snapshot) -> HashMap<Key, String> {
+    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, SERVICE_TYPE_EXTERNAL_NAME};
+    let controllers = [
+        crate::core::endpointslice::CONTROLLER_NAME,
+        crate::core::mirroring::CONTROLLER_NAME,
+    ];
+    let mut out = HashMap::new();
+    for (key, svc) in &snapshot.services {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        if spec.selector.as_ref().is_some_and(|s| !s.is_empty())
+            || spec.type_.as_deref() == Some(SERVICE_TYPE_EXTERNAL_NAME)
+        {
+            continue;
+        }
+        let (ns, name) = (&key.namespace, &key.name);
+        if snapshot.endpoints.contains_key(key) {
+            out.insert(
+                key.clone(),
+                format!(
+                    "it has no selector and its Endpoints object is kept by hand: the Endpoints \
+                     controller deletes it with the Service (and the mirroring controller the \
+                     EndpointSlices mirrored from it): save it (kubectl get endpoints -n {ns} \
+                     {name} -o yaml), recreate the Service with an address of the target, then \
+                     create the Endpoints again"
+                ),
+            );
+            continue;
+        }
+        let uid = svc.metadata.uid.as_deref();
+        let owned_slice = snapshot.endpoint_slices.iter().find_map(|(k, slice)| {
+            let labels = slice.metadata.labels.as_ref();
+            (k.namespace == key.namespace
+                && labels.and_then(|l| l.get(LABEL_SERVICE_NAME)) == Some(&key.name)
+                && !labels
+                    .and_then(|l| l.get(LABEL_MANAGED_BY))
+                    .is_some_and(|m| controllers.contains(&m.as_str()))
+                && uid.is_some_and(|uid| {
+                    slice
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.uid == uid)
+                }))
+            .then(|| {
+                labels
+                    .and_then(|l| l.get(LABEL_MANAGED_BY))
+                    .map_or_else(|| "someone".to_owned(), Clone::clone)
+            })
+        });
+        if let Some(manager) = owned_slice {
+            out.insert(
+                key.clone(),
+                format!(
+                    "it has no selector and owns EndpointSlices that {manager} keeps: the garbage \
+                     collector deletes them with the Service: save them (kubectl get \
+                     endpointslices -n {ns} -l kubernetes.io/service-name={name} -o yaml), \
+                     recreate the Service with an address of the target, then create them again \
+                     owned by the new Service (or have {manager} do it)"
+                ),
+            );
+        }
+    }
+    out
 }
 
 /// Why the Service `key` is left to the operator, if it is.
@@ -393,8 +504,10 @@ mod tests {
         assert_eq!(make("kubernetes", "new").unwrap(), p);
     }
 
-    /// The kubernetes Service, the cluster DNS, a hand-picked (static band) address and
-    /// an address another Service names are left to the operator, each with why.
+    /// The kubernetes Service, the cluster DNS, a hand-picked (static band) address, an
+    /// address another Service names, and a Service without selector whose endpoints
+    /// are kept by hand are left to the operator, each with why; a Service without
+    /// selector and without such endpoints (shop/web) moves.
     #[test]
     fn services_that_must_not_be_recreated_blindly_are_left_with_the_reason() {
         let p = make("10.96.0.0/24", "10.100.0.0/24").unwrap();
@@ -423,6 +536,14 @@ mod tests {
                 (
                     "shop/edge",
                     "its spec.externalIPs names the address of Service shop/cache"
+                ),
+                (
+                    "shop/feed",
+                    "it has no selector and owns EndpointSlices that example.com/feeder keeps"
+                ),
+                (
+                    "shop/legacy-db",
+                    "it has no selector and its Endpoints object is kept by hand"
                 ),
                 (
                     "shop/pinned",

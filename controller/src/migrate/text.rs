@@ -61,11 +61,21 @@ pub fn render(p: &MigrationPlan) -> String {
         }
     }
     left_to_you(&mut out, &p.manual);
-    out.push_str(
-        "Each recreated Service is unreachable at its ClusterIP from its delete until kube-proxy \
-         has programmed the new address, and its clients that cached the old address (DNS TTL) \
-         until they resolve its name again. `--apply` recreates them (see \
-         docs/reference/migrate.md).\n",
+    let d = &p.expected_disruption;
+    let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let _ = writeln!(
+        out,
+        "Expected for each recreated Service (measured, see docs/reference/migrate.md): no Service \
+         object for {} (at most {}) between its delete and its create; its EndpointSlices back \
+         {} after the delete (at most {}); clients calling it by name failed for {} (the cluster \
+         DNS's TTL on the old address, then kube-proxy), and clients that cache the address \
+         longer until they resolve the name again. A NodePort Service keeps its nodePorts but \
+         they too answer only once kube-proxy has the new object. `--apply` recreates them.",
+        secs(d.gap_ms_median),
+        secs(d.gap_ms_max),
+        secs(d.slices_ms_median),
+        secs(d.slices_ms_max),
+        secs(d.by_name_ms),
     );
     out
 }
