@@ -50,6 +50,19 @@ pub fn goes_first(change: &Change<Service>, now: Timestamp) -> bool {
     now.duration_since(created.0) <= RECENT
 }
 
+/// Whether `svc` has a ClusterIP but no selector: no controller derives its endpoints,
+/// so any it has are kept by someone else, and deleting it takes them along (the
+/// Endpoints controller deletes its Endpoints object, the garbage collector the
+/// EndpointSlices it owns). `migrate` must look at those before recreating it.
+pub fn endpoints_kept_by_others(svc: &Service) -> bool {
+    use super::keys::{CLUSTER_IP_NONE, SERVICE_TYPE_EXTERNAL_NAME};
+    svc.spec.as_ref().is_some_and(|s| {
+        s.selector.as_ref().is_none_or(|m| m.is_empty())
+            && s.type_.as_deref() != Some(SERVICE_TYPE_EXTERNAL_NAME)
+            && s.cluster_ip.as_deref() != Some(CLUSTER_IP_NONE)
+    })
+}
+
 /// Label on a journal ConfigMap of `migrate --apply`.
 pub const JOURNAL_LABEL: &str = "svcplane.io/migrate-journal";
 
@@ -179,6 +192,26 @@ mod tests {
         let mut other = cm;
         other.metadata.annotations = None;
         assert_eq!(move_in_progress(&other), None, "no from/to");
+    }
+
+    #[test]
+    fn only_a_service_with_a_cluster_ip_and_no_selector_has_endpoints_kept_by_others() {
+        let svc = |spec: serde_json::Value| -> Service {
+            serde_json::from_value(serde_json::json!({"spec": spec})).unwrap()
+        };
+        assert!(endpoints_kept_by_others(&svc(
+            serde_json::json!({"clusterIP": "10.0.0.1"})
+        )));
+        assert!(endpoints_kept_by_others(&svc(
+            serde_json::json!({"clusterIP": "10.0.0.1", "selector": {}})
+        )));
+        for spec in [
+            serde_json::json!({"clusterIP": "10.0.0.1", "selector": {"app": "web"}}),
+            serde_json::json!({"clusterIP": "None"}),
+            serde_json::json!({"type": "ExternalName", "externalName": "db.example.com"}),
+        ] {
+            assert!(!endpoints_kept_by_others(&svc(spec.clone())), "{spec}");
+        }
     }
 
     #[test]

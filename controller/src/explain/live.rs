@@ -125,18 +125,12 @@ pub async fn add_selectorless_endpoints(
 ) -> Result<(), ExplainError> {
     use futures::{StreamExt, TryStreamExt};
 
-    use crate::core::keys::{CLUSTER_IP_NONE, LABEL_SERVICE_NAME, SERVICE_TYPE_EXTERNAL_NAME};
+    use crate::core::keys::LABEL_SERVICE_NAME;
     let wanted: Vec<Key> = world
         .snapshot
         .services
         .iter()
-        .filter(|(_, svc)| {
-            svc.spec.as_ref().is_some_and(|s| {
-                s.selector.as_ref().is_none_or(BTreeMap::is_empty)
-                    && s.type_.as_deref() != Some(SERVICE_TYPE_EXTERNAL_NAME)
-                    && s.cluster_ip.as_deref() != Some(CLUSTER_IP_NONE)
-            })
-        })
+        .filter(|(_, svc)| migrated::endpoints_kept_by_others(svc))
         .map(|(k, _)| k.clone())
         .collect();
     let read = |key: Key| {

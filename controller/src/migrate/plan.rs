@@ -275,19 +275,14 @@ pub fn plan(
 /// Service without selector no controller writes one), or EndpointSlices of another
 /// manager that the Service owns.
 fn hand_kept_endpoints(snapshot: &Snapshot) -> HashMap<Key, String> {
-    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME, SERVICE_TYPE_EXTERNAL_NAME};
+    use crate::core::keys::{LABEL_MANAGED_BY, LABEL_SERVICE_NAME};
     let controllers = [
         crate::core::endpointslice::CONTROLLER_NAME,
         crate::core::mirroring::CONTROLLER_NAME,
     ];
     let mut out = HashMap::new();
     for (key, svc) in &snapshot.services {
-        let Some(spec) = svc.spec.as_ref() else {
-            continue;
-        };
-        if spec.selector.as_ref().is_some_and(|s| !s.is_empty())
-            || spec.type_.as_deref() == Some(SERVICE_TYPE_EXTERNAL_NAME)
-        {
+        if !crate::core::migrated::endpoints_kept_by_others(svc) {
             continue;
         }
         let (ns, name) = (&key.namespace, &key.name);
