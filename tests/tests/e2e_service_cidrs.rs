@@ -514,13 +514,7 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
         .await
         .unwrap_err();
     assert!(matches!(&e, kube::Error::Api(s) if s.code == 422), "{e}");
-    let out = std::process::Command::new(&env.bin)
-        .args(["explain", "range"])
-        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = explain_range(&env);
     assert!(
         text.contains("10.205.0.0/24 (IPv4, ServiceCIDR e2e-team-a): 6 of 254 used\n    serves only namespaces matching \"team=a\" (e2e-team-a)"),
         "{text}"
@@ -528,6 +522,18 @@ async fn a_servicecidr_selecting_namespaces_serves_them_only_and_only_it_serves_
     envtest::delete_namespace(&env.client, &team).await;
     envtest::delete_namespace(&env.client, &other).await;
     let _ = cidrs.delete(name, &DeleteParams::default()).await;
+}
+
+/// What `svcplane explain range` prints about the cluster.
+fn explain_range(env: &Env) -> String {
+    let out = std::process::Command::new(&env.bin)
+        .args(["explain", "range"])
+        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A namespace named from `prefix`, created with the label `key=value`; its name.
@@ -850,13 +856,7 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
             .unwrap();
     }
     // Meanwhile `explain range` shows the move, and the Services only its journal holds.
-    let out = std::process::Command::new(&env.bin)
-        .args(["explain", "range"])
-        .arg(format!("--kubeconfig={}", env.cluster.kubeconfig.display()))
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = explain_range(&env);
     let line = text
         .lines()
         .find(|l| l.contains("svcplane migrate is moving its Services to ServiceCIDR e2e-mig-new (journal kube-system/svcplane-migrate-e2e-mig-old-to-e2e-mig-new)"))

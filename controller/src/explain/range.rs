@@ -368,6 +368,15 @@ mod tests {
         )
     }
 
+    /// `explain`'s range flags when the ClusterIP ranges come from the ServiceCIDRs.
+    fn from_cluster_objects() -> crate::cli::AllocatorRanges {
+        crate::cli::AllocatorRanges {
+            service_cluster_ip_range: None,
+            service_node_port_range: "30000-32767".into(),
+            service_ranges_from: crate::cli::RangesFrom::Cluster,
+        }
+    }
+
     fn flags(cidr: &str, ports: &str) -> AllocatorConfig {
         AllocatorConfig::from_flags(cidr, ports).expect("valid ranges")
     }
@@ -450,11 +459,7 @@ mod tests {
              spec: {{cidrs: [10.101.0.0/24]}}\n---\n{}",
             service("shop", "kept", "10.101.0.20", None)
         ));
-        let ranges = crate::cli::AllocatorRanges {
-            service_cluster_ip_range: None,
-            service_node_port_range: "30000-32767".into(),
-            service_ranges_from: crate::cli::RangesFrom::Cluster,
-        };
+        let ranges = from_cluster_objects();
         let (config, from_cluster) = super::super::allocation::ranges_of(&w, &ranges).unwrap();
         assert!(from_cluster);
         let r = explain_ranges(&w, &config, from_cluster).unwrap();
@@ -521,11 +526,7 @@ mod tests {
             journal("j1", "old", "shop.web: '{}', shop.db: '{}'"),
             journal("j2", "older", "team.api: '{}'"),
         ));
-        let ranges = crate::cli::AllocatorRanges {
-            service_cluster_ip_range: None,
-            service_node_port_range: "30000-32767".into(),
-            service_ranges_from: crate::cli::RangesFrom::Cluster,
-        };
+        let ranges = from_cluster_objects();
         let (config, from_cluster) = super::super::allocation::ranges_of(&w, &ranges).unwrap();
         let r = explain_ranges(&w, &config, from_cluster).unwrap();
         let old = r
@@ -581,11 +582,7 @@ mod tests {
              retained: {{until: '2026-12-01T00:00:00Z', field: 'clusterIPs[0]'}}}}\n---\n{}",
             service("a", "kept", "10.101.0.20", None)
         ));
-        let ranges = crate::cli::AllocatorRanges {
-            service_cluster_ip_range: None,
-            service_node_port_range: "30000-32767".into(),
-            service_ranges_from: crate::cli::RangesFrom::Cluster,
-        };
+        let ranges = from_cluster_objects();
         let (config, from_cluster) = super::super::allocation::ranges_of(&w, &ranges).unwrap();
         let r = explain_ranges(&w, &config, from_cluster).unwrap();
         let team = &r.cluster_ip_ranges[1];

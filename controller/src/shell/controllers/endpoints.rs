@@ -327,17 +327,22 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_service_migrate_just_recreated_is_synced_before_queued_ones() {
-        let p = parts(RateLimit::ENDPOINTS);
-        let c = EndpointsController::new(
+    /// One worker, no batch period, no coalescing.
+    fn controller(p: &Parts) -> EndpointsController {
+        EndpointsController::new(
             p.clone(),
             Config {
                 workers: 1,
                 batch_period: Duration::ZERO,
                 coalescing: Coalescing::OFF,
             },
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn a_service_migrate_just_recreated_is_synced_before_queued_ones() {
+        let p = parts(RateLimit::ENDPOINTS);
+        let c = controller(&p);
         let (order, count) = order_after_a_migrated_arrival(&c, &p, "endpoint");
         assert_eq!(
             order,
@@ -349,14 +354,7 @@ mod tests {
     #[tokio::test]
     async fn rule_4_7_no_sync_while_the_cache_shows_the_version_we_replaced() {
         let p = parts(RateLimit::ENDPOINTS);
-        let c = EndpointsController::new(
-            p.clone(),
-            Config {
-                workers: 1,
-                batch_period: Duration::ZERO,
-                coalescing: crate::shell::coalescing::Coalescing::OFF,
-            },
-        );
+        let c = controller(&p);
         let mut cached = endpoints_fixture("web").build();
         cached.metadata.resource_version = Some("5".into());
         p.cache
