@@ -398,20 +398,21 @@ async fn ready_addresses(slices: &Api<EndpointSlice>) -> Vec<String> {
     out
 }
 
-/// The ready addresses of `web`'s Endpoints object, sorted.
+/// The ready addresses of `web`'s Endpoints object, sorted; none while it does not exist (right
+/// after the Endpoints controller is switched back on, its first write is still
+/// coming: a poll must not fail on that).
 fn endpoints_ips(c: &NodeCluster) -> Vec<String> {
-    let out = kubectl(
-        c,
-        &[
-            "-n",
-            APP_NS,
-            "get",
-            "endpoints",
-            "web",
-            "-o",
-            "jsonpath={.subsets[*].addresses[*].ip}",
-        ],
-    );
+    let out = c.kubectl(&[
+        "-n",
+        APP_NS,
+        "get",
+        "endpoints",
+        "web",
+        "--ignore-not-found",
+        "-o",
+        "jsonpath={.subsets[*].addresses[*].ip}",
+    ]);
+    let out = ok("kubectl get endpoints web", out);
     let mut ips: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
     ips.sort();
     ips
