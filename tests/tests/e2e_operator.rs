@@ -302,16 +302,31 @@ spec:
   selector: {{app: web}}
   ports: [{{port: 80, targetPort: http}}]
 ---
-apiVersion: v1
+{}"#,
+        shell_pod(
+            "client",
+            &format!(
+                "while true; do t=$(date +%s); if body=$(timeout 5 wget -q -O - http://web.{APP_NS}.svc.cluster.local/ 2>&1); then took=$(( $(date +%s) - t )); if [ $took -ge 3 ]; then echo \"ok $body slow $t ${{took}}s\"; else echo \"ok $body\"; fi; else echo \"FAIL $t $body\"; fi; sleep 0.2; done"
+            )
+        )
+    )
+}
+
+/// A Pod `name` in the application namespace whose one container runs `script` in
+/// busybox's shell (the test's client loops), as YAML.
+fn shell_pod(name: &str, script: &str) -> String {
+    let command = serde_json::json!(["sh", "-c", script]);
+    format!(
+        r#"apiVersion: v1
 kind: Pod
-metadata: {{name: client, namespace: {APP_NS}}}
+metadata: {{name: {name}, namespace: {APP_NS}}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
     - name: client
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: ["sh", "-c", "while true; do t=$(date +%s); if body=$(timeout 5 wget -q -O - http://web.{APP_NS}.svc.cluster.local/ 2>&1); then took=$(( $(date +%s) - t )); if [ $took -ge 3 ]; then echo \"ok $body slow $t ${{took}}s\"; else echo \"ok $body\"; fi; else echo \"FAIL $t $body\"; fi; sleep 0.2; done"]
+      command: {command}
 "#
     )
 }
@@ -1184,17 +1199,13 @@ spec:
   selector: {{app: web}}
   ports: [{{port: 80, targetPort: http}}]
 ---
-apiVersion: v1
-kind: Pod
-metadata: {{name: mover-client, namespace: {APP_NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: client
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: ["sh", "-c", "while true; do t=$(cut -d' ' -f1 /proc/uptime); if timeout 2 wget -q -O /dev/null http://moving.{APP_NS}.svc.cluster.local/ 2>/dev/null; then echo \"ok $t\"; else echo \"FAIL $t\"; fi; sleep 0.05; done"]
-"#
+{}"#,
+        shell_pod(
+            "mover-client",
+            &format!(
+                "while true; do t=$(cut -d' ' -f1 /proc/uptime); if timeout 2 wget -q -O /dev/null http://moving.{APP_NS}.svc.cluster.local/ 2>/dev/null; then echo \"ok $t\"; else echo \"FAIL $t\"; fi; sleep 0.05; done"
+            )
+        )
     );
     // The webhook may need a moment to see the new ranges: a refused create is retried.
     let (_, _) = until(

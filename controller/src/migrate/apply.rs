@@ -24,7 +24,6 @@ use serde::Serialize;
 use super::plan::{self, Move};
 use super::recreate::{self, JournalEntry, Resume};
 use super::{MigrateError, SEED};
-use crate::explain::live::{self, Scope};
 
 /// How `--apply` paces itself.
 #[derive(Debug, Clone)]
@@ -161,8 +160,7 @@ pub async fn apply(
         ));
     }
     // 3. The plan, from what the cluster holds now.
-    let mut world = live::load(client.clone(), &Scope::Allocations).await?;
-    live::add_selectorless_endpoints(client.clone(), &mut world).await?;
+    let world = super::live_world(client.clone()).await?;
     let where_ = world.source.where_();
     let from = plan::side("from", from_name, &world.snapshot, &where_)?;
     let to = plan::side("to", to_name, &world.snapshot, &where_)?;

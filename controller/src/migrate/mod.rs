@@ -49,6 +49,36 @@ impl MigrateError {
     }
 }
 
+/// Runs `work` against the cluster `--kubeconfig` (or the usual fallbacks) names, on a
+/// runtime of its own: `migrate` is a command, not a server.
+fn on_cluster<T, F, Fut>(args: &MigrateArgs, work: F) -> Result<T, MigrateError>
+where
+    F: FnOnce(kube::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, MigrateError>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MigrateError::Read(crate::explain::ExplainError::Runtime(e)))?;
+    runtime.block_on(async {
+        let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
+            .await
+            .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
+        work(client).await
+    })
+}
+
+/// What a plan reads from a live cluster: every Service, IPAddress, claim and
+/// ServiceCIDR, and the endpoints of Services without a selector (which a recreate
+/// would lose).
+pub(crate) async fn live_world(
+    client: kube::Client,
+) -> Result<World, crate::explain::ExplainError> {
+    let mut world = live::load(client.clone(), &Scope::Allocations).await?;
+    live::add_selectorless_endpoints(client, &mut world).await?;
+    Ok(world)
+}
+
 fn read_world(
     args: &MigrateArgs,
     stdin: &mut dyn Read,
@@ -57,18 +87,7 @@ fn read_world(
         return world::read_dump(&args.source.files, stdin)
             .map_err(|e| MigrateError::Read(e.into()));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| MigrateError::Read(crate::explain::ExplainError::Runtime(e)))?;
-    let world = runtime.block_on(async {
-        let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
-            .await
-            .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
-        let mut world = live::load(client.clone(), &Scope::Allocations).await?;
-        live::add_selectorless_endpoints(client, &mut world).await?;
-        Ok::<_, crate::explain::ExplainError>(world)
-    })?;
+    let world = on_cluster(args, |client| async move { Ok(live_world(client).await?) })?;
     Ok((world, Vec::new()))
 }
 
@@ -111,14 +130,7 @@ fn run_apply(
         slice_timeout: args.slice_timeout,
         journal_namespace: args.journal_namespace.clone(),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| MigrateError::Read(crate::explain::ExplainError::Runtime(e)))?;
-    let report = runtime.block_on(async {
-        let client = crate::kube_client::connect(args.source.kubeconfig.as_deref(), "migrate")
-            .await
-            .map_err(|e| crate::explain::ExplainError::Connect(format!("{e:#}")))?;
+    let report = on_cluster(args, |client| async move {
         // Progress as it happens: an operator watches a long move.
         let mut progress = |line: String| {
             let _ = writeln!(stderr, "{line}");
