@@ -951,6 +951,26 @@ async fn migrate_apply_moves_200_services_and_an_interrupted_run_resumes() {
         report["oldRange"].as_str().unwrap().contains("terminating"),
         "{report}"
     );
+    // Each moved Service has its Migrated Event, naming its old and new addresses.
+    let migrated: Vec<k8s_openapi::api::events::v1::Event> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Migrated"))
+            .collect();
+    assert!(migrated.len() >= 190, "{} Migrated events", migrated.len());
+    assert!(
+        migrated
+            .iter()
+            .all(|e| e.note.as_deref().is_some_and(
+                |n| n.contains("svcplane migrate --from e2e-mig-old --to e2e-mig-new")
+            )),
+        "{:?}",
+        migrated.first()
+    );
     // svcplane's EndpointSlice controller took every recreated Service first.
     let first = run
         .metric("svcplane_migrated_services_first_total{name=\"endpoint_slice\"}")

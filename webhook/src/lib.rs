@@ -14,6 +14,7 @@
 //! - [`server`] and [`tls`]: the axum HTTPS server and certificate reload;
 //! - [`certs`]: self-managed CA and serving certificate (pure rotation rules);
 //! - [`metrics`]: the webhook's counters, for the process' `/metrics`;
+//! - [`service_event`]: the Normal Event about a Service that svcplane's tools record;
 //! - [`retry`]: the one jittered backoff and once-per-outage logging every retry loop
 //!   of both crates uses (WH-15).
 
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod retry;
 pub mod review;
 pub mod server;
+pub mod service_event;
 pub mod shell;
 pub mod state;
 pub mod tls;

@@ -12,14 +12,15 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde::Serialize;
+
+use svcplane_webhook::service_event::{Happened, Reporter};
 
 use super::plan::{self, Move};
 use super::recreate::{self, JournalEntry, Resume};
@@ -405,33 +406,25 @@ async fn wait_for_slices(client: &Client, svc: &Service, timeout: Duration) -> O
 /// A Normal `Migrated` Event on the new object (best effort).
 async fn record_event(client: &Client, m: &Moved, from: &str, to: &str) {
     let (ns, name) = m.service.split_once('/').unwrap_or(("", &m.service));
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-            namespace: Some(ns.to_owned()),
-            ..ObjectMeta::default()
+    let note = format!(
+        "recreated with ClusterIPs {} (were {}): svcplane migrate --from {from} --to {to}",
+        m.new_cluster_ips.join(","),
+        m.cluster_ips.join(",")
+    );
+    let event = svcplane_webhook::service_event::normal_service_event(
+        ns,
+        name,
+        Happened {
+            reason: "Migrated",
+            action: "Recreate",
+            note: &note,
         },
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Service".to_owned()),
-            namespace: Some(ns.to_owned()),
-            name: Some(name.to_owned()),
-            ..ObjectReference::default()
-        }),
-        event_time: Some(MicroTime(now)),
-        type_: Some("Normal".to_owned()),
-        reason: Some("Migrated".to_owned()),
-        action: Some("Recreate".to_owned()),
-        note: Some(format!(
-            "recreated with ClusterIPs {} (were {}): svcplane migrate --from {from} --to {to}",
-            m.new_cluster_ips.join(","),
-            m.cluster_ips.join(",")
-        )),
-        reporting_controller: Some("svcplane.io/migrate".to_owned()),
-        reporting_instance: Some("svcplane-migrate".to_owned()),
-        ..Event::default()
-    };
+        Reporter {
+            controller: "svcplane.io/migrate",
+            instance: "svcplane-migrate",
+        },
+        k8s_openapi::jiff::Timestamp::now(),
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
     if let Err(e) = events.create(&PostParams::default(), &event).await {
         tracing::debug!(error = %e, "could not record the Migrated event");
@@ -499,20 +492,19 @@ impl Journal {
         Ok(out)
     }
 
-    /// Writes one entry (a merge patch of one key: entries of other Services in flight
-    /// are left alone).
     async fn put(&self, key: &str, entry: &JournalEntry) -> Result<(), MigrateError> {
         let text = serde_json::to_string(entry).map_err(|e| MigrateError::Encode(e.to_string()))?;
-        let body = serde_json::json!({"data": {key: text}});
-        self.api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map(|_| ())
-            .map_err(failed("writing the journal"))
+        self.set(key, serde_json::Value::String(text)).await
     }
 
     async fn remove(&self, key: &str) -> Result<(), MigrateError> {
-        let body = serde_json::json!({"data": {key: null}});
+        self.set(key, serde_json::Value::Null).await
+    }
+
+    /// Sets (null: removes) one entry with a merge patch of that key alone, so the
+    /// entries of other Services in flight are left alone.
+    async fn set(&self, key: &str, value: serde_json::Value) -> Result<(), MigrateError> {
+        let body = serde_json::json!({"data": {key: value}});
         self.api
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await

@@ -8,9 +8,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use svcplane_allocator::Claim;
@@ -127,40 +126,31 @@ fn given_back_event(service: &ServiceRef, values: &[Claim], identity: &str) -> E
             Claim::NodePort(p) => format!("nodePort {p}"),
         })
         .collect();
-    let now = jiff::Timestamp::now();
-    Event {
-        metadata: ObjectMeta {
-            // As client-go names events: the object's name and a unique suffix (a
-            // generateName ending in '.' is refused).
-            name: Some(format!("{}.{:x}", service.name, now.as_nanosecond())),
-            namespace: Some(service.namespace.clone()),
-            ..ObjectMeta::default()
+    let note = format!(
+        "{} retained since {}/{} was deleted (--retain-released-values) given back to the Service created again under its name",
+        listed.join(", "),
+        service.namespace,
+        service.name
+    );
+    let instance = if identity.is_empty() {
+        "svcplane-webhook"
+    } else {
+        identity
+    };
+    crate::service_event::normal_service_event(
+        &service.namespace,
+        &service.name,
+        crate::service_event::Happened {
+            reason: "RetainedValuesGivenBack",
+            action: "Allocate",
+            note: &note,
         },
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Service".to_owned()),
-            namespace: Some(service.namespace.clone()),
-            name: Some(service.name.clone()),
-            ..ObjectReference::default()
-        }),
-        event_time: Some(MicroTime(now)),
-        type_: Some("Normal".to_owned()),
-        reason: Some("RetainedValuesGivenBack".to_owned()),
-        action: Some("Allocate".to_owned()),
-        note: Some(format!(
-            "{} retained since {}/{} was deleted (--retain-released-values) given back to the Service created again under its name",
-            listed.join(", "),
-            service.namespace,
-            service.name
-        )),
-        reporting_controller: Some("svcplane.io/webhook".to_owned()),
-        reporting_instance: Some(if identity.is_empty() {
-            "svcplane-webhook".to_owned()
-        } else {
-            identity.to_owned()
-        }),
-        ..Event::default()
-    }
+        crate::service_event::Reporter {
+            controller: "svcplane.io/webhook",
+            instance,
+        },
+        jiff::Timestamp::now(),
+    )
 }
 
 /// How often a create that lost to a claim which then vanished is retried.
